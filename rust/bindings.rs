@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Raw bindings to the kernel's RDMA, SCSI, iSCSI and iSER C APIs and to
+//! riser's C helpers.
+//!
+//! `bindings_generated.rs` is written at build time by `scripts/bindgen-module`
+//! from `include/riser_bindings.h`. It holds only what `kernel::bindings` does
+//! not already define; everything else is re-exported from there, so a kernel
+//! type has exactly one Rust definition. Only the abstraction modules
+//! (`rdma`, `scsi`, `iscsi`, `kunit`) use this module.
+
+#![allow(
+    dead_code,
+    missing_docs,
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    improper_ctypes,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::as_underscore,
+    clippy::cast_lossless,
+    clippy::ptr_as_ptr,
+    clippy::ref_as_ptr,
+    clippy::undocumented_unsafe_blocks,
+    unnecessary_transmutes
+)]
+
+pub(crate) use kernel::bindings::*;
+use kernel::ffi;
+#[allow(unused_imports)]
+use pin_init::{MaybeZeroable, Zeroable};
+
+include!("bindings_generated.rs");

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RDMA connection manager: an `rdma_cm_id` and its events.
+
+use super::Device;
+use crate::bindings;
+use core::{net::SocketAddrV4, ptr::NonNull};
+use kernel::{error::to_result, prelude::*, sync::Arc, types::ForeignOwnable};
+
+/// An RDMA CM event, as riser sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmEvent {
+    /// The destination address resolved to a local RDMA device.
+    AddrResolved,
+    /// Address resolution failed (with the status the CM gave).
+    AddrError(i32),
+    /// A route to the destination resolved.
+    RouteResolved,
+    /// Route resolution failed.
+    RouteError(i32),
+    /// The connection is established.
+    Established,
+    /// The peer rejected the connection.
+    Rejected(i32),
+    /// Connecting failed.
+    ConnectError(i32),
+    /// The peer is unreachable.
+    Unreachable(i32),
+    /// The connection was disconnected.
+    Disconnected,
+    /// The RDMA device is being removed.
+    DeviceRemoval,
+    /// The address the id was bound to changed.
+    AddrChange,
+    /// The QP left TIMEWAIT.
+    TimewaitExit,
+    /// Any other event, by number.
+    Other(u32),
+}
+
+impl CmEvent {
+    fn from_raw(ev: &bindings::rdma_cm_event) -> Self {
+        let st = ev.status;
+        match ev.event {
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED => Self::AddrResolved,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR => Self::AddrError(st),
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED => Self::RouteResolved,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR => Self::RouteError(st),
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => Self::Established,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => Self::Rejected(st),
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR => Self::ConnectError(st),
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => Self::Unreachable(st),
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED => Self::Disconnected,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => Self::DeviceRemoval,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE => Self::AddrChange,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => Self::TimewaitExit,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// Receives the events of a [`CmId`].
+pub(crate) trait CmHandler: Send + Sync + 'static {
+    /// Called by the CM, serialised per id, in process context. It must not
+    /// drop the [`CmId`] it is called for.
+    fn event(&self, id: &CmIdRef, event: CmEvent);
+}
+
+/// The id an event is delivered for, borrowed for the duration of the event.
+///
+/// # Invariants
+///
+/// Points to a live `rdma_cm_id`.
+#[repr(transparent)]
+pub(crate) struct CmIdRef(bindings::rdma_cm_id);
+
+impl CmIdRef {
+    /// The RDMA device the id is bound to, once its address resolved.
+    pub(crate) fn device(&self) -> Option<&Device> {
+        let dev = self.0.device;
+        // SAFETY: A bound id holds a reference on its device for as long as
+        // it is bound, which outlives this borrow.
+        (!dev.is_null()).then(|| unsafe { Device::from_raw(dev) })
+    }
+}
+
+/// An RDMA CM id for a reliable-connected, TCP port space connection.
+///
+/// # Invariants
+///
+/// `id` was created by `rdma_create_id` with `context` from
+/// `Arc::<H>::into_foreign`, and is destroyed in `drop`, after which the
+/// `Arc` is released.
+pub(crate) struct CmId<H: CmHandler> {
+    id: NonNull<bindings::rdma_cm_id>,
+    _h: core::marker::PhantomData<Arc<H>>,
+}
+
+// SAFETY: The CM id may be used from any thread; the CM serialises its state.
+unsafe impl<H: CmHandler> Send for CmId<H> {}
+// SAFETY: Methods taking `&self` call CM functions that lock internally.
+unsafe impl<H: CmHandler> Sync for CmId<H> {}
+
+impl<H: CmHandler> CmId<H> {
+    /// Creates an id in the initial network namespace whose events go to
+    /// `handler`.
+    pub(crate) fn new(handler: Arc<H>) -> Result<Self> {
+        let ctx = handler.into_foreign();
+        // SAFETY: `event_callback` matches `rdma_cm_event_handler`; `ctx`
+        // stays valid until `drop` reclaims it after destroying the id.
+        let id = unsafe {
+            bindings::riser_rdma_create_id(
+                Some(Self::event_callback),
+                ctx,
+                bindings::rdma_ucm_port_space_RDMA_PS_TCP as c_int,
+                bindings::ib_qp_type_IB_QPT_RC as c_int,
+            )
+        };
+        match kernel::error::from_err_ptr(id).and_then(|p| NonNull::new(p).ok_or(ENOMEM)) {
+            // INVARIANT: the id was created with `ctx` as its context.
+            Ok(id) => Ok(Self {
+                id,
+                _h: core::marker::PhantomData,
+            }),
+            Err(e) => {
+                // SAFETY: `ctx` came from `into_foreign` above and the CM did
+                // not keep it.
+                drop(unsafe { Arc::<H>::from_foreign(ctx) });
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts resolving `dst` to a local RDMA device; the outcome arrives as
+    /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`].
+    pub(crate) fn resolve_addr(&self, dst: SocketAddrV4, timeout_ms: u32) -> Result {
+        let mut sin = bindings::sockaddr_in {
+            sin_family: bindings::AF_INET as bindings::__kernel_sa_family_t,
+            sin_port: dst.port().to_be(),
+            sin_addr: bindings::in_addr {
+                s_addr: u32::from_ne_bytes(dst.ip().octets()),
+            },
+            ..Default::default()
+        };
+        // Lossless: `c_ulong` is 64 bits wide on every architecture riser builds for.
+        let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
+        // SAFETY: The id is valid (type invariant); `sin` is a valid IPv4
+        // address the CM copies before returning.
+        to_result(unsafe {
+            bindings::rdma_resolve_addr(
+                self.id.as_ptr(),
+                core::ptr::null_mut(),
+                (&raw mut sin).cast(),
+                timeout,
+            )
+        })
+    }
+
+    /// Starts resolving the route; the outcome arrives as
+    /// [`CmEvent::RouteResolved`] or [`CmEvent::RouteError`].
+    pub(crate) fn resolve_route(&self, timeout_ms: u32) -> Result {
+        let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
+        // SAFETY: The id is valid (type invariant).
+        to_result(unsafe { bindings::rdma_resolve_route(self.id.as_ptr(), timeout) })
+    }
+
+    unsafe extern "C" fn event_callback(
+        id: *mut bindings::rdma_cm_id,
+        event: *mut bindings::rdma_cm_event,
+    ) -> c_int {
+        // SAFETY: The CM passes a live id and event. The id's context was set
+        // by `new` and stays valid until `drop` destroys the id, which waits
+        // for running callbacks to finish.
+        let (id, ev, handler) = unsafe {
+            (
+                &*id.cast::<CmIdRef>(),
+                CmEvent::from_raw(&*event),
+                Arc::<H>::borrow((*id).context),
+            )
+        };
+        handler.event(id, ev);
+        // Zero: the id stays alive; only `drop` destroys it.
+        0
+    }
+}
+
+impl<H: CmHandler> Drop for CmId<H> {
+    fn drop(&mut self) {
+        // SAFETY: The id is valid (type invariant); `rdma_destroy_id` waits
+        // for a running event callback, so none runs after it returns.
+        let ctx = unsafe {
+            let ctx = (*self.id.as_ptr()).context;
+            bindings::rdma_destroy_id(self.id.as_ptr());
+            ctx
+        };
+        // SAFETY: `ctx` came from `into_foreign` in `new`; the id that used
+        // it is gone.
+        drop(unsafe { Arc::<H>::from_foreign(ctx) });
+    }
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices and the `ib_client` registration that hands them to riser.
+
+use crate::bindings;
+use core::{
+    marker::PhantomData,
+    ptr::null_mut,
+    sync::atomic::{AtomicPtr, Ordering},
+};
+use kernel::{
+    alloc::KBox,
+    error::{from_result, to_result},
+    prelude::*,
+    str::CStrExt,
+    types::{ForeignOwnable, Opaque},
+};
+
+/// An RDMA device (`struct ib_device`), borrowed from ib_core.
+///
+/// # Invariants
+///
+/// A `&Device` always points to a registered `ib_device` that stays valid for
+/// the reference's lifetime: ib_core hands devices to clients between their
+/// `add` and `remove` callbacks only.
+#[repr(transparent)]
+pub(crate) struct Device(Opaque<bindings::ib_device>);
+
+// SAFETY: An `ib_device` may be used from any thread; ib_core serialises what
+// needs it.
+unsafe impl Send for Device {}
+// SAFETY: Shared references only read immutable attributes or call verbs that
+// take their own locks.
+unsafe impl Sync for Device {}
+
+/// The capabilities of a device riser sizes its queues and registrations by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceCaps {
+    /// Most work requests a QP's queue may hold.
+    pub(crate) max_qp_wr: u32,
+    /// Most scatter/gather entries of a send work request.
+    pub(crate) max_send_sge: u32,
+    /// Most scatter/gather entries of a receive work request.
+    pub(crate) max_recv_sge: u32,
+    /// Most entries of a CQ.
+    pub(crate) max_cqe: u32,
+    /// Most outstanding RDMA READs a QP may be the target of.
+    pub(crate) max_qp_rd_atom: u32,
+    /// Most pages one fast-registration work request may map.
+    pub(crate) max_fast_reg_page_list_len: u32,
+    /// `IB_DEVICE_*` capability flags.
+    pub(crate) device_cap_flags: u64,
+    /// Number of completion vectors.
+    pub(crate) num_comp_vectors: u32,
+}
+
+impl Device {
+    /// Creates a reference from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a registered `ib_device` that stays valid for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `Device` is transparent over `Opaque<ib_device>`; validity
+        // for `'a` is the caller's promise.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// The raw `ib_device` pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.0.get()
+    }
+
+    /// The device's name, such as `rxe0`.
+    pub(crate) fn name(&self) -> &[u8] {
+        // SAFETY: By the type invariant the device is valid; `name` is a
+        // NUL-terminated array set at registration and only changed by a
+        // rename, which ib_core reports to clients through `rename`.
+        let name = unsafe { &(*self.as_raw()).name };
+        let len = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+        // SAFETY: `c_char` and `u8` have the same layout; `len` is within the
+        // array.
+        unsafe { core::slice::from_raw_parts(name.as_ptr().cast::<u8>(), len) }
+    }
+
+    /// The device's capabilities.
+    pub(crate) fn caps(&self) -> DeviceCaps {
+        // SAFETY: By the type invariant the device is valid; `attrs` is filled
+        // by the driver before registration and not changed afterwards.
+        let (a, vectors) = unsafe { (&(*self.as_raw()).attrs, (*self.as_raw()).num_comp_vectors) };
+        DeviceCaps {
+            max_qp_wr: a.max_qp_wr,
+            max_send_sge: a.max_send_sge,
+            max_recv_sge: a.max_recv_sge,
+            max_cqe: a.max_cqe,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_fast_reg_page_list_len: a.max_fast_reg_page_list_len,
+            device_cap_flags: a.device_cap_flags,
+            num_comp_vectors: u32::try_from(vectors).unwrap_or(0),
+        }
+    }
+}
+
+/// What an `ib_client` does when devices come and go.
+pub(crate) trait ClientDriver: 'static {
+    /// The per-device context made in [`ClientDriver::add`] and dropped after
+    /// [`ClientDriver::remove`].
+    type Context: Send + Sync;
+
+    /// The client's name, as ib_core shows it.
+    const NAME: &'static CStr;
+
+    /// A device appeared (or was present when the client registered). An
+    /// error means the client does not use this device.
+    fn add(dev: &Device) -> Result<KBox<Self::Context>>;
+
+    /// The device is going away. Everything tied to it must be released
+    /// before this returns; `ctx` is dropped afterwards.
+    fn remove(dev: &Device, ctx: &Self::Context);
+}
+
+/// A registered `ib_client`.
+///
+/// ib_core's `add` callback receives only the device, yet storing the
+/// per-device context (`ib_set_client_data`) needs the client. Registered
+/// clients are therefore recorded in a small table and found again by name,
+/// which must be unique among riser's clients.
+///
+/// # Invariants
+///
+/// `client` is registered with ib_core, and recorded in `SLOTS[slot]`, from
+/// `new` until `drop`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Client<T: ClientDriver> {
+    #[pin]
+    client: Opaque<bindings::ib_client>,
+    slot: usize,
+    _p: PhantomData<T>,
+}
+
+/// The clients riser has registered; null entries are free.
+static SLOTS: [AtomicPtr<bindings::ib_client>; 4] = [const { AtomicPtr::new(null_mut()) }; 4];
+
+// SAFETY: The registration only hands out the `ib_client` to ib_core, which
+// synchronises its use.
+unsafe impl<T: ClientDriver> Send for Client<T> {}
+// SAFETY: No method of `Client` mutates it through a shared reference.
+unsafe impl<T: ClientDriver> Sync for Client<T> {}
+
+impl<T: ClientDriver> Client<T> {
+    /// Registers the client; `add` runs for every device already present
+    /// before this returns.
+    ///
+    /// Fails with `EEXIST` when a client of the same name is registered and
+    /// `EBUSY` when riser's table of clients is full.
+    pub(crate) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(&this in Self {
+            slot: Self::find().map_or(Ok(()), |_| Err(EEXIST)).and_then(|()| {
+                SLOTS
+                    .iter()
+                    .position(|s| s.load(Ordering::Acquire).is_null())
+                    .ok_or(EBUSY)
+            })?,
+            client <- Opaque::try_ffi_init(|slot: *mut bindings::ib_client| {
+                // SAFETY: `slot` is valid for writes; an all-zero `ib_client`
+                // is a valid value (no callbacks, no name).
+                unsafe { core::ptr::write_bytes(slot, 0, 1) };
+                // SAFETY: `slot` is valid and initialised just above.
+                let c = unsafe { &mut *slot };
+                c.name = T::NAME.as_char_ptr();
+                c.add = Some(Self::add_callback);
+                c.remove = Some(Self::remove_callback);
+                // SAFETY: `this` is being initialised and `slot` was set
+                // above.
+                let index = unsafe { (*this.as_ptr()).slot };
+                SLOTS[index]
+                    .compare_exchange(null_mut(), slot, Ordering::AcqRel, Ordering::Acquire)
+                    .map_err(|_| EBUSY)?;
+                // SAFETY: `slot` is pinned inside `Self` and stays registered
+                // until `PinnedDrop::drop` unregisters it.
+                let ret = to_result(unsafe { bindings::ib_register_client(slot) });
+                if ret.is_err() {
+                    SLOTS[index].store(null_mut(), Ordering::Release);
+                }
+                ret
+            }),
+            _p: PhantomData,
+        })
+    }
+
+    fn raw(&self) -> *mut bindings::ib_client {
+        self.client.get()
+    }
+
+    /// The registered `ib_client` named `T::NAME`, if any.
+    fn find() -> Option<*mut bindings::ib_client> {
+        SLOTS.iter().map(|s| s.load(Ordering::Acquire)).find(|&p| {
+            // SAFETY: A non-null slot points to a registered client, which
+            // stays valid until its `Client` is dropped, after it cleared the
+            // slot; its name is a `'static` C string.
+            !p.is_null() && unsafe { CStr::from_char_ptr((*p).name) } == T::NAME
+        })
+    }
+
+    unsafe extern "C" fn add_callback(dev: *mut bindings::ib_device) -> c_int {
+        from_result(|| {
+            // SAFETY: ib_core calls `add` with a registered device that stays
+            // valid until `remove` returns.
+            let device = unsafe { Device::from_raw(dev) };
+            let client = Self::find().ok_or(EINVAL)?;
+            let ctx = T::add(device)?;
+            // SAFETY: `dev` is valid (above), `client` is this registered
+            // client, and the pointer is reclaimed in `remove_callback`.
+            unsafe { bindings::ib_set_client_data(dev, client, ctx.into_foreign()) };
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn remove_callback(dev: *mut bindings::ib_device, data: *mut c_void) {
+        if data.is_null() {
+            return;
+        }
+        // SAFETY: ib_core calls `remove` with a device that is valid until
+        // the callback returns.
+        let device = unsafe { Device::from_raw(dev) };
+        // SAFETY: A non-null `data` was made by `into_foreign` in
+        // `add_callback`, and ib_core hands it back exactly once, here.
+        let ctx = unsafe { KBox::<T::Context>::from_foreign(data) };
+        T::remove(device, &ctx);
+        drop(ctx);
+    }
+}
+
+#[pinned_drop]
+impl<T: ClientDriver> PinnedDrop for Client<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: By the type invariant the client is registered; this calls
+        // `remove` for every device whose `add` succeeded.
+        unsafe { bindings::ib_unregister_client(self.raw()) };
+        SLOTS[self.slot].store(null_mut(), Ordering::Release);
+    }
+}

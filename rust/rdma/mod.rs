@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Safe abstractions over the kernel's RDMA stack (ib_core and rdma_cm).
+//!
+//! Every `unsafe` of riser's RDMA use lives in this module and its children.
+//! The objects mirror the verbs: [`Device`] (an `ib_device`, borrowed),
+//! [`Client`] (an `ib_client` registration with a per-device context),
+//! [`Pd`], [`Cq`] (from the device's CQ pool), [`Qp`], [`Mr`] and
+//! [`cm::CmId`]. Each owning type releases its C object when dropped.
+
+pub(crate) mod cm;
+mod device;
+mod verbs;
+
+pub(crate) use device::{Client, ClientDriver, Device};
+pub(crate) use verbs::Pd;

@@ -1,0 +1,477 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Verbs objects: protection domain, completion queue, queue pair, memory
+//! region. Each owns its C object and releases it when dropped.
+
+use super::Device;
+use crate::bindings;
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, prelude::*};
+
+/// A protection domain (`struct ib_pd`).
+///
+/// # Invariants
+///
+/// `ptr` points to a PD allocated by `ib_alloc_pd` and not yet deallocated.
+/// Objects made in this PD ([`Qp`], [`Mr`]) borrow it, so they are gone
+/// before it is dropped.
+pub(crate) struct Pd {
+    ptr: NonNull<bindings::ib_pd>,
+}
+
+// SAFETY: A PD may be used and freed from any thread.
+unsafe impl Send for Pd {}
+// SAFETY: Shared references only read the PD's immutable fields or pass it to
+// verbs that take their own locks.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    /// Allocates a protection domain on `dev`.
+    pub(crate) fn new(dev: &Device) -> Result<Self> {
+        // SAFETY: `dev` is a registered device (type invariant of `Device`).
+        let p = from_err_ptr(unsafe { bindings::riser_ib_alloc_pd(dev.as_raw(), 0) })?;
+        // INVARIANT: `ib_alloc_pd` returned a valid PD.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+        })
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_pd {
+        self.ptr.as_ptr()
+    }
+
+    /// The lkey that covers all of local memory without registration.
+    pub(crate) fn local_dma_lkey(&self) -> u32 {
+        // SAFETY: The PD is valid (type invariant); the field is set at
+        // allocation and never changed.
+        unsafe { (*self.as_raw()).local_dma_lkey }
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: The PD is valid (type invariant) and nothing made in it is
+        // left: those objects borrow the PD.
+        unsafe { bindings::riser_ib_dealloc_pd(self.as_raw()) };
+    }
+}
+
+/// How a CQ's completions are processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PollContext {
+    /// In softirq context (irq_poll).
+    SoftIrq,
+}
+
+impl PollContext {
+    fn raw(self) -> bindings::ib_poll_context {
+        match self {
+            Self::SoftIrq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+        }
+    }
+}
+
+/// A completion queue taken from the device's shared CQ pool.
+///
+/// # Invariants
+///
+/// `ptr` was returned by `ib_cq_pool_get` for `nr_cqe` entries and is put
+/// back with the same count in `drop`.
+pub(crate) struct Cq {
+    ptr: NonNull<bindings::ib_cq>,
+    nr_cqe: u32,
+}
+
+// SAFETY: A pool CQ may be used and released from any thread.
+unsafe impl Send for Cq {}
+// SAFETY: Shared references only pass the CQ to verbs that synchronise.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Takes room for `nr_cqe` completions from a pool CQ of `dev`, near
+    /// completion vector `comp_vector_hint`.
+    pub(crate) fn from_pool(
+        dev: &Device,
+        nr_cqe: u32,
+        comp_vector_hint: i32,
+        poll: PollContext,
+    ) -> Result<Self> {
+        // SAFETY: `dev` is a registered device (type invariant of `Device`).
+        let p = from_err_ptr(unsafe {
+            bindings::ib_cq_pool_get(dev.as_raw(), nr_cqe, comp_vector_hint, poll.raw())
+        })?;
+        // INVARIANT: the pool returned a CQ with room for `nr_cqe` entries.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            nr_cqe,
+        })
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.ptr.as_ptr()
+    }
+
+    /// The number of entries this CQ holds in all (it is shared).
+    pub(crate) fn cqe(&self) -> u32 {
+        // SAFETY: The CQ is valid (type invariant); `cqe` is set at creation.
+        u32::try_from(unsafe { (*self.as_raw()).cqe }).unwrap_or(0)
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: The CQ came from the pool for `nr_cqe` entries (type
+        // invariant); every QP using it is gone, as they borrow it.
+        unsafe { bindings::ib_cq_pool_put(self.as_raw(), self.nr_cqe) };
+    }
+}
+
+/// Queue sizes of a reliable-connected QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct QpCaps {
+    /// Send queue depth.
+    pub(crate) max_send_wr: u32,
+    /// Receive queue depth.
+    pub(crate) max_recv_wr: u32,
+    /// Scatter/gather entries per send.
+    pub(crate) max_send_sge: u32,
+    /// Scatter/gather entries per receive.
+    pub(crate) max_recv_sge: u32,
+}
+
+/// A reliable-connected queue pair.
+///
+/// # Invariants
+///
+/// `ptr` points to a QP created by `ib_create_qp` in the PD and on the CQ the
+/// lifetime `'a` borrows, and not yet destroyed.
+pub(crate) struct Qp<'a> {
+    ptr: NonNull<bindings::ib_qp>,
+    caps: QpCaps,
+    _deps: core::marker::PhantomData<(&'a Pd, &'a Cq)>,
+}
+
+// SAFETY: A QP may be used and destroyed from any thread.
+unsafe impl Send for Qp<'_> {}
+// SAFETY: Posting work requests is serialised by the provider.
+unsafe impl Sync for Qp<'_> {}
+
+impl<'a> Qp<'a> {
+    /// Creates an RC QP whose sends and receives complete on `cq`.
+    pub(crate) fn new_rc(pd: &'a Pd, cq: &'a Cq, caps: QpCaps) -> Result<Self> {
+        let mut attr = bindings::ib_qp_init_attr {
+            send_cq: cq.as_raw(),
+            recv_cq: cq.as_raw(),
+            cap: bindings::ib_qp_cap {
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                ..Default::default()
+            },
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            ..Default::default()
+        };
+        // SAFETY: `pd` and `cq` are valid for `'a`; `attr` is a valid init
+        // attribute that outlives the call.
+        let p = from_err_ptr(unsafe { bindings::riser_ib_create_qp(pd.as_raw(), &mut attr) })?;
+        // INVARIANT: `ib_create_qp` returned a valid QP using `pd` and `cq`.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            // The provider may round the queues up; report what it made.
+            caps: QpCaps {
+                max_send_wr: attr.cap.max_send_wr,
+                max_recv_wr: attr.cap.max_recv_wr,
+                max_send_sge: attr.cap.max_send_sge,
+                max_recv_sge: attr.cap.max_recv_sge,
+            },
+            _deps: core::marker::PhantomData,
+        })
+    }
+
+    /// The QP number.
+    pub(crate) fn qp_num(&self) -> u32 {
+        // SAFETY: The QP is valid (type invariant); `qp_num` never changes.
+        unsafe { (*self.ptr.as_ptr()).qp_num }
+    }
+
+    /// The queue sizes the provider granted.
+    pub(crate) fn caps(&self) -> QpCaps {
+        self.caps
+    }
+}
+
+impl Drop for Qp<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The QP is valid (type invariant) and owned by `self`.
+        let ret = unsafe { bindings::riser_ib_destroy_qp(self.ptr.as_ptr()) };
+        if ret != 0 {
+            pr_warn!("ib_destroy_qp failed: {}\n", ret);
+        }
+    }
+}
+
+/// A fast-registration memory region (`IB_MR_TYPE_MEM_REG`).
+///
+/// # Invariants
+///
+/// `ptr` points to an MR allocated by `ib_alloc_mr` in the PD that `'a`
+/// borrows, and not yet deregistered.
+pub(crate) struct Mr<'a> {
+    ptr: NonNull<bindings::ib_mr>,
+    max_num_sg: u32,
+    _pd: core::marker::PhantomData<&'a Pd>,
+}
+
+// SAFETY: An MR may be used and freed from any thread.
+unsafe impl Send for Mr<'_> {}
+// SAFETY: Shared references only read its keys.
+unsafe impl Sync for Mr<'_> {}
+
+impl<'a> Mr<'a> {
+    /// Allocates an MR able to map `max_num_sg` pages with one REG_MR.
+    pub(crate) fn new_fast_reg(pd: &'a Pd, max_num_sg: u32) -> Result<Self> {
+        // SAFETY: `pd` is valid for `'a`.
+        let p = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(
+                pd.as_raw(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_num_sg,
+            )
+        })?;
+        // INVARIANT: `ib_alloc_mr` returned a valid MR in `pd`.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            max_num_sg,
+            _pd: core::marker::PhantomData,
+        })
+    }
+
+    /// The local key.
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: The MR is valid (type invariant).
+        unsafe { (*self.ptr.as_ptr()).lkey }
+    }
+
+    /// The remote key (the STag advertised to the target).
+    pub(crate) fn rkey(&self) -> u32 {
+        // SAFETY: The MR is valid (type invariant).
+        unsafe { (*self.ptr.as_ptr()).rkey }
+    }
+
+    /// The most pages one registration may map.
+    pub(crate) fn max_num_sg(&self) -> u32 {
+        self.max_num_sg
+    }
+}
+
+impl Drop for Mr<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The MR is valid (type invariant) and owned by `self`.
+        let ret = unsafe { bindings::riser_ib_dereg_mr(self.ptr.as_ptr()) };
+        if ret != 0 {
+            pr_warn!("ib_dereg_mr failed: {}\n", ret);
+        }
+    }
+}
+
+#[kunit_tests(riser_rdma)]
+mod tests {
+    use super::super::{
+        cm::{CmEvent, CmHandler, CmId, CmIdRef},
+        Client, ClientDriver, Device,
+    };
+    use super::*;
+    use core::{
+        net::{Ipv4Addr, SocketAddrV4},
+        sync::atomic::{AtomicI32, AtomicU32, Ordering},
+    };
+    use kernel::{
+        alloc::KBox,
+        sync::{Arc, Completion},
+    };
+
+    /// What the test client found on the devices it was given.
+    static DEVICES: AtomicU32 = AtomicU32::new(0);
+    static VERBS_OK: AtomicU32 = AtomicU32::new(0);
+    static VERBS_ERR: AtomicI32 = AtomicI32::new(0);
+    static REMOVED: AtomicU32 = AtomicU32::new(0);
+
+    /// Per-device context of the test client: a PD that lives from `add`
+    /// to `remove`.
+    struct Ctx {
+        pd: Pd,
+    }
+
+    struct TestClient;
+
+    /// Makes every verbs object riser needs on `dev` and checks what the
+    /// provider granted. Runs inside `add`, so it reports through statics
+    /// rather than asserting.
+    fn exercise(dev: &Device, pd: &Pd) -> Result {
+        let caps = dev.caps();
+        if caps.max_qp_wr == 0 || caps.max_send_sge == 0 {
+            return Err(EINVAL);
+        }
+        let cq = Cq::from_pool(dev, 64, 0, PollContext::SoftIrq)?;
+        if cq.cqe() < 64 {
+            return Err(ERANGE);
+        }
+        let want = QpCaps {
+            max_send_wr: 32,
+            max_recv_wr: 33,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+        };
+        let qp = Qp::new_rc(pd, &cq, want)?;
+        let got = qp.caps();
+        if qp.qp_num() == 0
+            || got.max_send_wr < want.max_send_wr
+            || got.max_recv_wr < want.max_recv_wr
+            || got.max_send_sge < want.max_send_sge
+        {
+            return Err(ERANGE);
+        }
+        let mr = Mr::new_fast_reg(pd, 32)?;
+        let mr2 = Mr::new_fast_reg(pd, 32)?;
+        if mr.max_num_sg() != 32 || mr.rkey() == mr2.rkey() || mr.lkey() == mr2.lkey() {
+            return Err(EINVAL);
+        }
+        // Drop order: MRs and QP before the CQ goes back to the pool.
+        drop((mr, mr2, qp));
+        drop(cq);
+        Ok(())
+    }
+
+    impl ClientDriver for TestClient {
+        type Context = Ctx;
+        const NAME: &'static CStr = c"riser-kunit";
+
+        fn add(dev: &Device) -> Result<KBox<Ctx>> {
+            DEVICES.fetch_add(1, Ordering::Relaxed);
+            let pd = Pd::new(dev)?;
+            match exercise(dev, &pd) {
+                Ok(()) => {
+                    VERBS_OK.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => VERBS_ERR.store(e.to_errno(), Ordering::Relaxed),
+            }
+            KBox::new(Ctx { pd }, GFP_KERNEL).map_err(Into::into)
+        }
+
+        fn remove(_dev: &Device, ctx: &Ctx) {
+            if ctx.pd.local_dma_lkey() != u32::MAX {
+                REMOVED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[test]
+    fn client_gets_devices_and_verbs_objects_work() -> Result {
+        DEVICES.store(0, Ordering::Relaxed);
+        VERBS_OK.store(0, Ordering::Relaxed);
+        VERBS_ERR.store(0, Ordering::Relaxed);
+        REMOVED.store(0, Ordering::Relaxed);
+        let client = KBox::pin_init(Client::<TestClient>::new(), GFP_KERNEL)?;
+        let seen = DEVICES.load(Ordering::Relaxed);
+        if seen == 0 {
+            drop(client);
+            crate::kunit::skip(c"no RDMA device: create one (rdma link add) before loading riser");
+            return Ok(());
+        }
+        assert_eq!(VERBS_ERR.load(Ordering::Relaxed), 0);
+        assert_eq!(VERBS_OK.load(Ordering::Relaxed), seen);
+
+        // A second client of the same name is refused.
+        assert!(KBox::pin_init(Client::<TestClient>::new(), GFP_KERNEL).is_err());
+
+        // Unregistering calls `remove` once per device that was added.
+        drop(client);
+        assert_eq!(REMOVED.load(Ordering::Relaxed), seen);
+        Ok(())
+    }
+
+    /// Records the CM events of one id: a bit per event kind seen, the last
+    /// error status, whether the id had a device; completes `addr` and
+    /// `route` when address and route resolution end.
+    #[pin_data]
+    struct Waiter {
+        #[pin]
+        addr: Completion,
+        #[pin]
+        route: Completion,
+        seen: AtomicU32,
+        status: AtomicI32,
+        bound: AtomicU32,
+    }
+
+    const ADDR_OK: u32 = 1;
+    const ADDR_ERR: u32 = 2;
+    const ROUTE_OK: u32 = 4;
+    const ROUTE_ERR: u32 = 8;
+    const OTHER: u32 = 16;
+
+    impl CmHandler for Waiter {
+        fn event(&self, id: &CmIdRef, event: CmEvent) {
+            if id.device().is_some() {
+                self.bound.store(1, Ordering::Relaxed);
+            }
+            let (bit, status) = match event {
+                CmEvent::AddrResolved => (ADDR_OK, 0),
+                CmEvent::AddrError(s) => (ADDR_ERR, s),
+                CmEvent::RouteResolved => (ROUTE_OK, 0),
+                CmEvent::RouteError(s) => (ROUTE_ERR, s),
+                _ => (OTHER, 0),
+            };
+            if status != 0 {
+                self.status.store(status, Ordering::Relaxed);
+            }
+            self.seen.fetch_or(bit, Ordering::Relaxed);
+            match bit {
+                ADDR_OK | ADDR_ERR => self.addr.complete_all(),
+                ROUTE_OK | ROUTE_ERR => self.route.complete_all(),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn cm_id_resolves_a_local_address_and_route() -> Result {
+        let waiter = Arc::pin_init(
+            pin_init!(Waiter {
+                addr <- Completion::new(),
+                route <- Completion::new(),
+                seen: AtomicU32::new(0),
+                status: AtomicI32::new(0),
+                bound: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(waiter.clone())?;
+        let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3260);
+        if let Err(e) = id.resolve_addr(dst, 2000) {
+            // Loopback resolution binds to any RDMA device; with none there
+            // is nothing to resolve to.
+            if e == ENODEV {
+                drop(id);
+                crate::kunit::skip(
+                    c"no RDMA device: create one (rdma link add) before loading riser",
+                );
+                return Ok(());
+            }
+            return Err(e);
+        }
+        waiter.addr.wait_for_completion();
+        assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
+        assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK);
+        assert_eq!(waiter.bound.load(Ordering::Relaxed), 1);
+
+        id.resolve_route(2000)?;
+        waiter.route.wait_for_completion();
+        assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
+        assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK | ROUTE_OK);
+        drop(id);
+        Ok(())
+    }
+}

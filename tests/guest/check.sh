@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The in-guest part of `make check`: load riser over a soft-RoCE device, keep
+# its KUnit results, check the transport it registers, its parameter checks,
+# its refusal to load beside ib_iser, and a clean unload.
+
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+KO=$RISER_TOP/riser.ko
+T=/sys/class/iscsi_transport/iser
+
+check "soft-RoCE device rxe0 created" setup_rxe
+check "riser's dependencies load" load_deps
+
+dmesg_mark
+check "insmod riser.ko" insmod "$KO"
+collect_kunit
+check "KUnit results collected for riser's suites" \
+	bash -c "ls $RISER_OUT/kunit | grep -q riser_proto_iser"
+check "transport 'iser' in sysfs" test -d "$T"
+check "caps is 0x89 (RECOVERY_L0|MULTI_R2T|TEXT_NEGO)" \
+	bash -c "[ \"\$(cat $T/caps)\" = 0x89 ]"
+check "handle is a non-zero number" \
+	bash -c "h=\$(cat $T/handle); [ \"\$h\" -gt 0 ] 2>/dev/null"
+check "parameters in sysfs with ib_iser's defaults" bash -c "
+	[ \$(cat /sys/module/riser/parameters/max_sectors) = 1024 ] &&
+	[ \$(cat /sys/module/riser/parameters/max_lun) = 512 ] &&
+	[ \$(cat /sys/module/riser/parameters/debug_level) = 0 ] &&
+	[ \$(cat /sys/module/riser/parameters/always_register) = Y ] &&
+	[ \$(cat /sys/module/riser/parameters/pi_enable) = N ]"
+check "iscsi_transport registration logged" dmesg_has 'iscsi: registered transport \(iser\)'
+check "rmmod riser" rmmod riser
+check "transport gone after unload" test ! -e "$T"
+
+for bad in max_sectors=0 max_sectors=32769 max_lun=0 debug_level=-1 debug_level=5; do
+	dmesg_mark
+	expect_fail "insmod refuses $bad" insmod "$KO" "$bad"
+	check "refusal of $bad is logged with the bounds" dmesg_has "module parameter ${bad%%=*}=.* is out of range"
+	check "no transport left after refused $bad" test ! -e "$T"
+done
+
+check "insmod with in-range parameters" insmod "$KO" max_sectors=8 max_lun=1 debug_level=4 always_register=0
+check "and unload again" rmmod riser
+
+# The C ib_iser holds the name: riser must refuse to load and say why.
+if modprobe ib_iser; then
+	dmesg_mark
+	expect_fail "insmod refused while ib_iser holds 'iser'" insmod "$KO"
+	check "refusal names ib_iser" dmesg_has 'name is taken, most.*ib_iser'
+	check "ib_iser unloads" rmmod ib_iser
+else
+	echo "not ok - modprobe ib_iser (needed for the name-clash check)" >>"$TAP"
+fi
+
+check "riser loads after ib_iser is gone" insmod "$KO"
+check "final rmmod riser" rmmod riser
+check "rxe0 removed" rdma link delete rxe0
+save_dmesg

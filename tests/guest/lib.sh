@@ -1,0 +1,62 @@
+# SPDX-License-Identifier: GPL-2.0
+# Helpers for scripts that run inside the test guest (sourced).
+#
+# RISER_TOP is the repository (read-only in the guest), RISER_OUT the shared
+# output directory. Results go to $RISER_OUT/checks.tap, one line a check.
+
+: "${RISER_TOP:?}" "${RISER_OUT:?}"
+TAP=$RISER_OUT/checks.tap
+: >"$TAP"
+
+# check DESCRIPTION CMD...: run CMD; record ok or not ok.
+check() {
+	local what=$1
+	shift
+	if "$@" >>"$RISER_OUT/guest.log" 2>&1; then
+		echo "ok - $what" >>"$TAP"
+	else
+		echo "not ok - $what" >>"$TAP"
+	fi
+}
+
+# expect_fail DESCRIPTION CMD...: CMD must fail.
+expect_fail() {
+	local what=$1
+	shift
+	if "$@" >>"$RISER_OUT/guest.log" 2>&1; then
+		echo "not ok - $what" >>"$TAP"
+	else
+		echo "ok - $what" >>"$TAP"
+	fi
+}
+
+# dmesg_has PATTERN: the kernel log since the last mark contains PATTERN.
+dmesg_mark() { dmesg | wc -l >"$RISER_OUT/.dmesg_mark"; }
+dmesg_has() { dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"; }
+
+save_dmesg() { dmesg >"$RISER_OUT/dmesg.txt"; }
+
+# The modules riser links against; insmod does not load dependencies.
+load_deps() {
+	modprobe -a ib_core rdma_cm ib_uverbs scsi_transport_iscsi libiscsi
+}
+
+# A soft-RoCE device on dummy0 (CONFIG_DUMMY=y makes dummy0 at boot).
+setup_rxe() {
+	local ip=${1:-192.168.77.1}
+	ip link add dummy0 type dummy 2>/dev/null || true
+	ip addr add "$ip/24" dev dummy0 2>/dev/null || true
+	ip link set dummy0 up
+	modprobe rdma_rxe
+	rdma link add rxe0 type rxe netdev dummy0
+}
+
+# Copy the KUnit results of riser's suites out of debugfs (they are removed
+# with the module).
+collect_kunit() {
+	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+	local d
+	for d in /sys/kernel/debug/kunit/riser_*; do
+		[ -d "$d" ] && cp "$d/results" "$RISER_OUT/kunit/$(basename "$d")"
+	done
+}
