@@ -105,7 +105,7 @@ impl ClientDriver for Iser {
     fn remove(dev: &Device, ctx: &DeviceContext) {
         pr_debug!(
             "device {} going away (local_dma_lkey {:#x})\n",
-            BStr::from_bytes(dev.name()),
+            BStr::from_bytes(dev.name().as_bytes()),
             ctx.pd.local_dma_lkey()
         );
     }

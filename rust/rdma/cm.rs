@@ -5,7 +5,12 @@
 use super::Device;
 use crate::bindings;
 use core::{net::SocketAddrV4, ptr::NonNull};
-use kernel::{error::to_result, prelude::*, sync::Arc, types::ForeignOwnable};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    sync::Arc,
+    types::{ForeignOwnable, Opaque},
+};
 
 /// An RDMA CM event, as riser sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,14 +75,17 @@ pub(crate) trait CmHandler: Send + Sync + 'static {
 ///
 /// # Invariants
 ///
-/// Points to a live `rdma_cm_id`.
+/// Wraps a live `rdma_cm_id`, which the CM may change behind it.
 #[repr(transparent)]
-pub(crate) struct CmIdRef(bindings::rdma_cm_id);
+pub(crate) struct CmIdRef(Opaque<bindings::rdma_cm_id>);
 
 impl CmIdRef {
     /// The RDMA device the id is bound to, once its address resolved.
     pub(crate) fn device(&self) -> Option<&Device> {
-        let dev = self.0.device;
+        // SAFETY: The id is live (type invariant); events for an id are
+        // serialised, and `device` is only set by the address resolution
+        // whose event this is or an earlier one.
+        let dev = unsafe { (*self.0.get()).device };
         // SAFETY: A bound id holds a reference on its device for as long as
         // it is bound, which outlives this borrow.
         (!dev.is_null()).then(|| unsafe { Device::from_raw(dev) })

@@ -33,6 +33,17 @@ unsafe impl Send for Device {}
 // take their own locks.
 unsafe impl Sync for Device {}
 
+/// A device's name as it was when read.
+pub(crate) struct DeviceName([c_char; bindings::IB_DEVICE_NAME_MAX as usize]);
+
+impl DeviceName {
+    /// The name's bytes, up to the first NUL.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        let len = self.0.iter().position(|&c| c == 0).unwrap_or(self.0.len());
+        &self.0[..len]
+    }
+}
+
 /// The capabilities of a device riser sizes its queues and registrations by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DeviceCaps {
@@ -71,16 +82,12 @@ impl Device {
         self.0.get()
     }
 
-    /// The device's name, such as `rxe0`.
-    pub(crate) fn name(&self) -> &[u8] {
+    /// The device's name, such as `rxe0`, copied out (a rename may change
+    /// it later).
+    pub(crate) fn name(&self) -> DeviceName {
         // SAFETY: By the type invariant the device is valid; `name` is a
-        // NUL-terminated array set at registration and only changed by a
-        // rename, which ib_core reports to clients through `rename`.
-        let name = unsafe { &(*self.as_raw()).name };
-        let len = name.iter().position(|&c| c == 0).unwrap_or(name.len());
-        // SAFETY: `c_char` and `u8` have the same layout; `len` is within the
-        // array.
-        unsafe { core::slice::from_raw_parts(name.as_ptr().cast::<u8>(), len) }
+        // byte array inside it, read without making a reference.
+        DeviceName(unsafe { core::ptr::read(&raw const (*self.as_raw()).name) })
     }
 
     /// The device's capabilities.
@@ -123,23 +130,69 @@ pub(crate) trait ClientDriver: 'static {
 ///
 /// ib_core's `add` callback receives only the device, yet storing the
 /// per-device context (`ib_set_client_data`) needs the client. Registered
-/// clients are therefore recorded in a small table and found again by name,
-/// which must be unique among riser's clients.
+/// clients are therefore recorded in [`SLOTS`] and found again by name, which
+/// must be unique among riser's clients.
 ///
 /// # Invariants
 ///
-/// `client` is registered with ib_core, and recorded in `SLOTS[slot]`, from
-/// `new` until `drop`.
+/// `client` is registered with ib_core, and recorded in `SLOTS[slot]` under
+/// `T::NAME`, from `new` until `drop`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Client<T: ClientDriver> {
+    slot: usize,
     #[pin]
     client: Opaque<bindings::ib_client>,
-    slot: usize,
     _p: PhantomData<T>,
 }
 
-/// The clients riser has registered; null entries are free.
-static SLOTS: [AtomicPtr<bindings::ib_client>; 4] = [const { AtomicPtr::new(null_mut()) }; 4];
+/// One registered client: its name (a `'static` C string, so it can be read
+/// whatever happens to the client) and its `ib_client`.
+struct Slot {
+    name: AtomicPtr<c_char>,
+    client: AtomicPtr<bindings::ib_client>,
+}
+
+/// The clients riser has registered; a slot with a null name is free.
+static SLOTS: [Slot; 4] = [const {
+    Slot {
+        name: AtomicPtr::new(null_mut()),
+        client: AtomicPtr::new(null_mut()),
+    }
+}; 4];
+
+fn slot_has_name(slot: &Slot, name: &CStr) -> bool {
+    let p = slot.name.load(Ordering::Acquire);
+    // SAFETY: A non-null name was stored from a `&'static CStr` in `claim`.
+    !p.is_null() && unsafe { CStr::from_char_ptr(p) } == name
+}
+
+/// Claims a free slot for `name`; `EEXIST` if another slot holds the same
+/// name, `EBUSY` if none is free.
+fn claim(name: &'static CStr) -> Result<usize> {
+    let p = name.as_char_ptr().cast_mut();
+    let i = SLOTS
+        .iter()
+        .position(|s| {
+            s.name
+                .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+        .ok_or(EBUSY)?;
+    if SLOTS
+        .iter()
+        .enumerate()
+        .any(|(j, s)| j != i && slot_has_name(s, name))
+    {
+        SLOTS[i].name.store(null_mut(), Ordering::Release);
+        return Err(EEXIST);
+    }
+    Ok(i)
+}
+
+fn release(i: usize) {
+    SLOTS[i].client.store(null_mut(), Ordering::Release);
+    SLOTS[i].name.store(null_mut(), Ordering::Release);
+}
 
 // SAFETY: The registration only hands out the `ib_client` to ib_core, which
 // synchronises its use.
@@ -155,32 +208,25 @@ impl<T: ClientDriver> Client<T> {
     /// `EBUSY` when riser's table of clients is full.
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(&this in Self {
-            slot: Self::find().map_or(Ok(()), |_| Err(EEXIST)).and_then(|()| {
-                SLOTS
-                    .iter()
-                    .position(|s| s.load(Ordering::Acquire).is_null())
-                    .ok_or(EBUSY)
-            })?,
-            client <- Opaque::try_ffi_init(|slot: *mut bindings::ib_client| {
-                // SAFETY: `slot` is valid for writes; an all-zero `ib_client`
-                // is a valid value (no callbacks, no name).
-                unsafe { core::ptr::write_bytes(slot, 0, 1) };
-                // SAFETY: `slot` is valid and initialised just above.
-                let c = unsafe { &mut *slot };
-                c.name = T::NAME.as_char_ptr();
-                c.add = Some(Self::add_callback);
-                c.remove = Some(Self::remove_callback);
+            slot: claim(T::NAME)?,
+            client <- Opaque::try_ffi_init(|c: *mut bindings::ib_client| {
                 // SAFETY: `this` is being initialised and `slot` was set
                 // above.
-                let index = unsafe { (*this.as_ptr()).slot };
-                SLOTS[index]
-                    .compare_exchange(null_mut(), slot, Ordering::AcqRel, Ordering::Acquire)
-                    .map_err(|_| EBUSY)?;
-                // SAFETY: `slot` is pinned inside `Self` and stays registered
+                let i = unsafe { (*this.as_ptr()).slot };
+                // SAFETY: `c` is valid for writes; an all-zero `ib_client` is
+                // a valid value (no callbacks, no name).
+                unsafe { core::ptr::write_bytes(c, 0, 1) };
+                // SAFETY: `c` is valid and initialised just above.
+                let client = unsafe { &mut *c };
+                client.name = T::NAME.as_char_ptr();
+                client.add = Some(Self::add_callback);
+                client.remove = Some(Self::remove_callback);
+                SLOTS[i].client.store(c, Ordering::Release);
+                // SAFETY: `c` is pinned inside `Self` and stays registered
                 // until `PinnedDrop::drop` unregisters it.
-                let ret = to_result(unsafe { bindings::ib_register_client(slot) });
+                let ret = to_result(unsafe { bindings::ib_register_client(c) });
                 if ret.is_err() {
-                    SLOTS[index].store(null_mut(), Ordering::Release);
+                    release(i);
                 }
                 ret
             }),
@@ -192,14 +238,13 @@ impl<T: ClientDriver> Client<T> {
         self.client.get()
     }
 
-    /// The registered `ib_client` named `T::NAME`, if any.
+    /// The registered `ib_client` named `T::NAME`.
     fn find() -> Option<*mut bindings::ib_client> {
-        SLOTS.iter().map(|s| s.load(Ordering::Acquire)).find(|&p| {
-            // SAFETY: A non-null slot points to a registered client, which
-            // stays valid until its `Client` is dropped, after it cleared the
-            // slot; its name is a `'static` C string.
-            !p.is_null() && unsafe { CStr::from_char_ptr((*p).name) } == T::NAME
-        })
+        SLOTS
+            .iter()
+            .find(|s| slot_has_name(s, T::NAME))
+            .map(|s| s.client.load(Ordering::Acquire))
+            .filter(|c| !c.is_null())
     }
 
     unsafe extern "C" fn add_callback(dev: *mut bindings::ib_device) -> c_int {
@@ -207,6 +252,8 @@ impl<T: ClientDriver> Client<T> {
             // SAFETY: ib_core calls `add` with a registered device that stays
             // valid until `remove` returns.
             let device = unsafe { Device::from_raw(dev) };
+            // Our own client is registered while its `add` runs, so its slot
+            // is stable.
             let client = Self::find().ok_or(EINVAL)?;
             let ctx = T::add(device)?;
             // SAFETY: `dev` is valid (above), `client` is this registered
@@ -237,6 +284,6 @@ impl<T: ClientDriver> PinnedDrop for Client<T> {
         // SAFETY: By the type invariant the client is registered; this calls
         // `remove` for every device whose `add` succeeded.
         unsafe { bindings::ib_unregister_client(self.raw()) };
-        SLOTS[self.slot].store(null_mut(), Ordering::Release);
+        release(self.slot);
     }
 }
