@@ -5,6 +5,7 @@
  * already define are generated; the rest are reused from there.
  */
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_cache.h>
 #include <rdma/rdma_cm.h>
 #include <scsi/scsi_host.h>
 #include <scsi/scsi_cmnd.h>

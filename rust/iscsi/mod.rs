@@ -183,6 +183,11 @@ impl<T: TransportOps> Transport<T> {
         })
     }
 
+    /// scsi_transport_iscsi's `attr_is_visible`.
+    ///
+    /// # Safety
+    ///
+    /// Called by scsi_transport_iscsi only; it takes no pointers.
     unsafe extern "C" fn attr_is_visible_callback(
         param_type: c_int,
         param: c_int,
@@ -203,6 +208,11 @@ impl<T: TransportOps> Transport<T> {
         }
     }
 
+    /// scsi_transport_iscsi's `create_session`.
+    ///
+    /// # Safety
+    ///
+    /// Called by scsi_transport_iscsi only, with `ep` null or a live endpoint.
     unsafe extern "C" fn create_session_callback(
         _ep: *mut bindings::iscsi_endpoint,
         cmds_max: u16,

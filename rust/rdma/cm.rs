@@ -172,6 +172,12 @@ impl<H: CmHandler> CmId<H> {
         to_result(unsafe { bindings::rdma_resolve_route(self.id.as_ptr(), timeout) })
     }
 
+    /// The CM's event handler for ids made by [`CmId::new`].
+    ///
+    /// # Safety
+    ///
+    /// Called by the CM only, with a live `id` whose context came from
+    /// [`CmId::new`] and a live `event`.
     unsafe extern "C" fn event_callback(
         id: *mut bindings::rdma_cm_id,
         event: *mut bindings::rdma_cm_event,

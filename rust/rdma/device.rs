@@ -5,12 +5,14 @@
 use crate::bindings;
 use core::{
     marker::PhantomData,
+    net::Ipv4Addr,
     ptr::null_mut,
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
     alloc::KBox,
-    error::{from_result, to_result},
+    alloc::KVec,
+    error::{from_err_ptr, from_result, to_result},
     prelude::*,
     str::CStrExt,
     types::{ForeignOwnable, Opaque},
@@ -105,6 +107,43 @@ impl Device {
             device_cap_flags: a.device_cap_flags,
             num_comp_vectors: u32::try_from(vectors).unwrap_or(0),
         }
+    }
+}
+
+impl Device {
+    /// The IPv4 addresses in the GID table of `port` (RoCE v2 GIDs are
+    /// IPv4-mapped IPv6 addresses), at most `max` of them.
+    pub(crate) fn ipv4_gids(&self, port: u32, max: usize) -> Result<KVec<Ipv4Addr>> {
+        let mut out = KVec::new();
+        // A GID table is small; stop at the first index past its end.
+        for index in 0..256 {
+            if out.len() >= max {
+                break;
+            }
+            // SAFETY: The device is valid (type invariant); the attribute
+            // returned on success holds a reference released below.
+            let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index) };
+            let attr = match from_err_ptr(attr.cast_mut()) {
+                Ok(a) => a,
+                // An empty entry.
+                Err(e) if e == ENOENT => continue,
+                // Past the table's end, or no such port.
+                Err(_) => break,
+            };
+            // SAFETY: `attr` is a valid, referenced GID attribute; every
+            // bit pattern of the GID union is a valid byte array.
+            let raw: [u8; 16] = unsafe { *(*attr).gid.raw.as_ref() };
+            // SAFETY: `attr` came from `rdma_get_gid_attr` and is released
+            // once.
+            unsafe { bindings::rdma_put_gid_attr(attr) };
+            if raw[..10].iter().all(|&b| b == 0) && raw[10] == 0xff && raw[11] == 0xff {
+                out.push(
+                    Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]),
+                    GFP_KERNEL,
+                )?;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -247,6 +286,11 @@ impl<T: ClientDriver> Client<T> {
             .filter(|c| !c.is_null())
     }
 
+    /// ib_core's `add`.
+    ///
+    /// # Safety
+    ///
+    /// Called by ib_core only, with a registered `dev`.
     unsafe extern "C" fn add_callback(dev: *mut bindings::ib_device) -> c_int {
         from_result(|| {
             // SAFETY: ib_core calls `add` with a registered device that stays
@@ -263,6 +307,12 @@ impl<T: ClientDriver> Client<T> {
         })
     }
 
+    /// ib_core's `remove`.
+    ///
+    /// # Safety
+    ///
+    /// Called by ib_core only, once per successful `add`, with the device and
+    /// the client data `add` stored (or null).
     unsafe extern "C" fn remove_callback(dev: *mut bindings::ib_device, data: *mut c_void) {
         if data.is_null() {
             return;

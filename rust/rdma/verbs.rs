@@ -436,8 +436,34 @@ mod tests {
         }
     }
 
+    /// An IPv4 address of an RDMA device, from the GID tables of the devices
+    /// the test client sees.
+    fn local_rdma_ipv4() -> Result<Option<Ipv4Addr>> {
+        struct Finder;
+        static FOUND: AtomicU32 = AtomicU32::new(0);
+        impl ClientDriver for Finder {
+            type Context = ();
+            const NAME: &'static CStr = c"riser-kunit-gid";
+            fn add(dev: &Device) -> Result<KBox<()>> {
+                if let Some(a) = dev.ipv4_gids(1, 1)?.first() {
+                    FOUND.store(u32::from(*a), Ordering::Relaxed);
+                }
+                KBox::new((), GFP_KERNEL).map_err(Into::into)
+            }
+            fn remove(_dev: &Device, _ctx: &()) {}
+        }
+        FOUND.store(0, Ordering::Relaxed);
+        drop(KBox::pin_init(Client::<Finder>::new(), GFP_KERNEL)?);
+        let a = FOUND.load(Ordering::Relaxed);
+        Ok((a != 0).then(|| Ipv4Addr::from(a)))
+    }
+
     #[test]
-    fn cm_id_resolves_a_local_address_and_route() -> Result {
+    fn cm_id_resolves_address_and_route_to_a_device() -> Result {
+        let Some(ip) = local_rdma_ipv4()? else {
+            crate::kunit::skip(c"no RDMA device with an IPv4 GID: create one (rdma link add)");
+            return Ok(());
+        };
         let waiter = Arc::pin_init(
             pin_init!(Waiter {
                 addr <- Completion::new(),
@@ -449,19 +475,7 @@ mod tests {
             GFP_KERNEL,
         )?;
         let id = CmId::new(waiter.clone())?;
-        let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3260);
-        if let Err(e) = id.resolve_addr(dst, 2000) {
-            // Loopback resolution binds to any RDMA device; with none there
-            // is nothing to resolve to.
-            if e == ENODEV {
-                drop(id);
-                crate::kunit::skip(
-                    c"no RDMA device: create one (rdma link add) before loading riser",
-                );
-                return Ok(());
-            }
-            return Err(e);
-        }
+        id.resolve_addr(SocketAddrV4::new(ip, 3260), 2000)?;
         waiter.addr.wait_for_completion();
         assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
         assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK);
@@ -471,6 +485,31 @@ mod tests {
         waiter.route.wait_for_completion();
         assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
         assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK | ROUTE_OK);
+        drop(id);
+        Ok(())
+    }
+
+    #[test]
+    fn cm_id_reports_an_unresolvable_address() -> Result {
+        let waiter = Arc::pin_init(
+            pin_init!(Waiter {
+                addr <- Completion::new(),
+                route <- Completion::new(),
+                seen: AtomicU32::new(0),
+                status: AtomicI32::new(0),
+                bound: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(waiter.clone())?;
+        // TEST-NET-1 (RFC 5737): no route and no RDMA device reach it, so
+        // the CM refuses at once or reports ADDR_ERROR.
+        let dst = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 3260);
+        if id.resolve_addr(dst, 500).is_ok() {
+            waiter.addr.wait_for_completion();
+            assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_ERR);
+            assert!(waiter.status.load(Ordering::Relaxed) < 0);
+        }
         drop(id);
         Ok(())
     }

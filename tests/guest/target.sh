@@ -1,0 +1,447 @@
+# SPDX-License-Identifier: GPL-2.0
+# An iSER target (LIO, through configfs) and the open-iscsi initiator side,
+# for scripts that run inside the test guest. Source it after lib.sh.
+#
+# Target (LIO, kernel):
+#   lio_rd_target IQN IP [SIZE_MB] [SIW]       rd_mcp ramdisk, one LUN, iSER portal
+#   lio_nullblk_target IQN IP [SIZE_MB] [SIW]  memory-backed null_blk via iblock
+#   lio_set_param IQN NAME VALUE               TPG iSCSI parameter (ImmediateData...)
+#   lio_set_attrib IQN NAME VALUE              TPG attribute (authentication...)
+#   lio_chap IQN USER PASS [MUSER MPASS]       CHAP (and mutual CHAP) for our initiator
+#   lio_portal_iser IQN IP                     prints 1 when the portal has iSER on
+#   lio_teardown                               remove all of LIO's configuration
+#                                              and unload the target modules
+# Initiator (open-iscsi):
+#   iscsi_start / iscsi_stop                   iscsid -f in the background
+#   iscsi_discover IP [IFACE]                  SendTargets; prints "IP:3260,1 IQN" lines
+#   iscsi_login IQN IP [IFACE]                 IFACE defaults to iser
+#   iscsi_chap IQN IP USER PASS [MUSER MPASS]  CHAP settings of the node record
+#   iscsi_logout IQN IP
+#   iscsi_session IQN                          prints sessionN of the logged-in session
+#   iscsi_dev IQN [LUN] [TIMEOUT]              prints /dev/sdX, waiting for it
+# RDMA:
+#   setup_siw [IP]                             soft-iWARP siw0 on dummy1
+#
+# SIW (4th argument of the target functions) is "siw" (or 1) when the iSER
+# portal is served over soft-iWARP: siw's listener is a real TCP socket on
+# IP:3260, the same address as LIO's own iSCSI/TCP listener, so LIO's TCP
+# listener is made in a network namespace of its own (liotcp) while the iSER
+# listener stays in the initial namespace (isert always uses init_net).
+#
+# Every function returns non-zero on failure and says why on stderr.
+
+LIO=/sys/kernel/config/target
+LIO_PORT=3260
+LIO_NETNS=liotcp
+RISER_INITIATOR=${RISER_INITIATOR:-iqn.2026-11.org.riser:initiator}
+ISCSID_PID=
+
+_tgt_err() { echo "target.sh: $*" >&2; return 1; }
+
+# _wait_for SECONDS CMD...: retry CMD every 0.2 s until it succeeds.
+_wait_for() {
+	local i n=$(($1 * 5))
+	shift
+	for ((i = 0; i < n; i++)); do
+		"$@" 2>/dev/null && return 0
+		sleep 0.2
+	done
+	"$@"
+}
+
+# The configfs name of a portal: IPv6 addresses go in brackets.
+_lio_np_name() {
+	case $1 in
+	*:*) echo "[$1]:$LIO_PORT" ;;
+	*) echo "$1:$LIO_PORT" ;;
+	esac
+}
+
+_lio_tpg() { echo "$LIO/iscsi/$1/tpgt_1"; }
+
+# A backstore name derived from the IQN (configfs names must be unique per HBA).
+_lio_bs_name() { echo "lun_$(printf %s "$1" | cksum | cut -d' ' -f1)"; }
+
+_lio_load() {
+	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config ||
+		_tgt_err "cannot mount configfs" || return 1
+	modprobe -a target_core_mod iscsi_target_mod ib_isert ||
+		_tgt_err "cannot load LIO's modules" || return 1
+	mkdir -p "$LIO/iscsi" || _tgt_err "no $LIO/iscsi"
+}
+
+# _rdma_dev_for IP: true when an RDMA device is bound to the netdev holding IP
+# (rdma link prints "link rxe0/1 state ACTIVE ... netdev dummy0").
+_rdma_dev_for() {
+	local ndev
+	ndev=$(ip -o addr show | awk -v ip="$1" '{ split($4, a, "/"); if (a[1] == ip) { print $2; exit } }')
+	[ -n "$ndev" ] && rdma link show 2>/dev/null | grep -q "netdev $ndev\b"
+}
+
+_siw_wanted() {
+	case ${1:-} in
+	"" | 0 | no | rxe) return 1 ;;
+	*) return 0 ;;
+	esac
+}
+
+# _lio_iscsi_target IQN IP BACKSTORE_DIR SIW: the fabric half, shared by the
+# backstore variants.
+_lio_iscsi_target() {
+	local iqn=$1 ip=$2 bs=$3 siw=${4:-}
+	local t np
+	t=$(_lio_tpg "$iqn")
+	np=$(_lio_np_name "$ip")
+
+	[ ! -e "$LIO/iscsi/$iqn" ] || _tgt_err "target $iqn exists already" || return 1
+	mkdir -p "$t" || _tgt_err "mkdir $t" || return 1
+	mkdir "$t/lun/lun_0" &&
+		ln -s "$bs" "$t/lun/lun_0/$(basename "$bs")" ||
+		_tgt_err "cannot map $bs as LUN 0 of $iqn" || return 1
+	echo 0 >"$t/attrib/authentication" &&
+		echo 1 >"$t/attrib/generate_node_acls" &&
+		echo 0 >"$t/attrib/demo_mode_write_protect" &&
+		echo 1 >"$t/attrib/cache_dynamic_acls" ||
+		_tgt_err "cannot set the TPG attributes of $iqn" || return 1
+
+	# LIO's iSCSI/TCP listener comes first; with siw it goes in its own
+	# namespace, where the address is not local (hence ip_nonlocal_bind).
+	if [ -e "$t/np/$np" ]; then
+		:
+	elif _siw_wanted "$siw"; then
+		if [ ! -e "/run/netns/$LIO_NETNS" ]; then
+			ip netns add "$LIO_NETNS" &&
+				ip netns exec "$LIO_NETNS" sysctl -qw net.ipv4.ip_nonlocal_bind=1 &&
+				{ [ ! -e /proc/sys/net/ipv6 ] ||
+					ip netns exec "$LIO_NETNS" sysctl -qw net.ipv6.ip_nonlocal_bind=1; } ||
+				_tgt_err "cannot make network namespace $LIO_NETNS" || return 1
+		fi
+		# nsenter, not `ip netns exec`: the latter remounts /sys and so
+		# hides configfs.
+		nsenter --net="/run/netns/$LIO_NETNS" mkdir "$t/np/$np" ||
+			_tgt_err "cannot create portal $np in namespace $LIO_NETNS" || return 1
+	else
+		mkdir "$t/np/$np" || _tgt_err "cannot create portal $np" || return 1
+	fi
+
+	# The iSER listener needs the RDMA device (ENODEV before it exists).
+	_wait_for 10 _rdma_dev_for "$ip" ||
+		_tgt_err "no RDMA device on the netdev holding $ip" || return 1
+	if [ "$(cat "$t/np/$np/iser")" != 1 ]; then
+		echo 1 >"$t/np/$np/iser" || _tgt_err "cannot enable iSER on $np" || return 1
+	fi
+	echo 1 >"$t/enable" || _tgt_err "cannot enable $iqn/tpgt_1"
+}
+
+# lio_rd_target IQN IP [SIZE_MB] [SIW]: a target with an rd_mcp ramdisk LUN.
+lio_rd_target() {
+	local iqn=${1:?IQN} ip=${2:?IP} mb=${3:-128} siw=${4:-}
+	local bs
+	_lio_load || return 1
+	bs=$LIO/core/rd_mcp_0/$(_lio_bs_name "$iqn")
+	mkdir -p "$bs" &&
+		echo "rd_pages=$((mb * 256))" >"$bs/control" &&
+		echo 1 >"$bs/enable" ||
+		_tgt_err "cannot create the rd_mcp backstore $bs ($mb MiB)" || return 1
+	_lio_iscsi_target "$iqn" "$ip" "$bs" "$siw"
+}
+
+# lio_nullblk_target IQN IP [SIZE_MB] [SIW]: a target whose LUN is a
+# memory-backed null_blk device (made through null_blk's configfs) served by
+# the iblock backstore.
+lio_nullblk_target() {
+	local iqn=${1:?IQN} ip=${2:?IP} mb=${3:-128} siw=${4:-}
+	local name nb idx bs
+	_lio_load || return 1
+	if [ ! -d /sys/kernel/config/nullb ]; then
+		modprobe null_blk nr_devices=0 || _tgt_err "cannot load null_blk" || return 1
+	fi
+	name=$(_lio_bs_name "$iqn")
+	nb=/sys/kernel/config/nullb/$name
+	mkdir "$nb" &&
+		echo "$mb" >"$nb/size" &&
+		echo 1 >"$nb/memory_backed" &&
+		echo 512 >"$nb/blocksize" &&
+		echo 1 >"$nb/power" ||
+		_tgt_err "cannot create null_blk device $name ($mb MiB)" || return 1
+	idx=$(cat "$nb/index")
+	_wait_for 10 test -b "/dev/nullb$idx" || _tgt_err "no /dev/nullb$idx" || return 1
+	bs=$LIO/core/iblock_0/$name
+	mkdir -p "$bs" &&
+		echo "udev_path=/dev/nullb$idx" >"$bs/control" &&
+		echo 1 >"$bs/enable" ||
+		_tgt_err "cannot create the iblock backstore on /dev/nullb$idx" || return 1
+	_lio_iscsi_target "$iqn" "$ip" "$bs" "$siw"
+}
+
+# lio_set_param IQN NAME VALUE: an iSCSI parameter of the TPG, for sessions
+# that log in afterwards (ImmediateData, InitialR2T, FirstBurstLength,
+# MaxBurstLength, MaxRecvDataSegmentLength, MaxOutstandingR2T, ...).
+lio_set_param() {
+	local f
+	f=$(_lio_tpg "${1:?IQN}")/param/${2:?NAME}
+	[ -e "$f" ] || _tgt_err "no parameter $2 on $1" || return 1
+	echo "${3:?VALUE}" >"$f" || _tgt_err "$1: $2=$3 refused" || return 1
+	[ "$(cat "$f")" = "$3" ] || _tgt_err "$1: $2 reads $(cat "$f"), not $3"
+}
+
+# lio_set_attrib IQN NAME VALUE: an attribute of the TPG.
+lio_set_attrib() {
+	local f
+	f=$(_lio_tpg "${1:?IQN}")/attrib/${2:?NAME}
+	[ -e "$f" ] || _tgt_err "no attribute $2 on $1" || return 1
+	echo "${3:?VALUE}" >"$f" || _tgt_err "$1: attribute $2=$3 refused"
+}
+
+# lio_chap IQN USER PASS [MUTUAL_USER MUTUAL_PASS]: require CHAP from our
+# initiator ($RISER_INITIATOR): an explicit node ACL mapping LUN 0, with the
+# credentials in its auth group, and authentication=1 on the TPG. Discovery
+# stays without authentication (discovery_auth is not touched).
+lio_chap() {
+	local iqn=${1:?IQN} user=${2:?USER} pass=${3:?PASS} muser=${4:-} mpass=${5:-}
+	local t a
+	t=$(_lio_tpg "$iqn")
+	a=$t/acls/$RISER_INITIATOR
+	[ -d "$t" ] || _tgt_err "no target $iqn" || return 1
+	if [ ! -d "$a" ]; then
+		mkdir "$a" && mkdir "$a/lun_0" && ln -s "$t/lun/lun_0" "$a/lun_0/lun_0" ||
+			_tgt_err "cannot create the node ACL $RISER_INITIATOR" || return 1
+	fi
+	echo "$user" >"$a/auth/userid" && echo "$pass" >"$a/auth/password" ||
+		_tgt_err "cannot set CHAP credentials" || return 1
+	if [ -n "$muser" ]; then
+		echo "$muser" >"$a/auth/userid_mutual" &&
+			echo "$mpass" >"$a/auth/password_mutual" ||
+			_tgt_err "cannot set mutual CHAP credentials" || return 1
+	fi
+	echo 1 >"$t/attrib/authentication" || _tgt_err "cannot enforce authentication"
+}
+
+# lio_portal_iser IQN IP: prints the portal's iser attribute (1 when on).
+lio_portal_iser() {
+	cat "$(_lio_tpg "${1:?IQN}")/np/$(_lio_np_name "${2:?IP}")/iser"
+}
+
+_rm_links() {
+	local l
+	for l in "$1"/*; do
+		[ -L "$l" ] && rm -f "$l"
+	done
+}
+
+# lio_teardown: remove every LIO object (there is nothing else of LIO in the
+# guest), in dependency order: disable TPGs (this drops their sessions), node
+# ACLs with their mapped LUNs, LUNs, portals, TPGs, targets, then the
+# backstores and their HBAs, null_blk devices, the namespace of the TCP
+# listener, and finally unload the target modules so that nothing of LIO is
+# left holding an RDMA device. Non-zero if anything is left behind.
+lio_teardown() {
+	local rc=0 tgt tpg d m hba
+	if [ -d "$LIO/iscsi" ]; then
+		for tgt in "$LIO"/iscsi/iqn.* "$LIO"/iscsi/eui.* "$LIO"/iscsi/naa.*; do
+			[ -d "$tgt" ] || continue
+			for tpg in "$tgt"/tpgt_*; do
+				[ -d "$tpg" ] || continue
+				[ "$(cat "$tpg/enable" 2>/dev/null)" = 1 ] && echo 0 >"$tpg/enable"
+				for d in "$tpg"/acls/*/; do
+					[ -d "$d" ] || continue
+					for m in "$d"lun_*; do
+						[ -d "$m" ] || continue
+						_rm_links "$m"
+						rmdir "$m" || rc=1
+					done
+					rmdir "$d" || rc=1
+				done
+				for d in "$tpg"/lun/lun_*; do
+					[ -d "$d" ] || continue
+					_rm_links "$d"
+					rmdir "$d" || rc=1
+				done
+				for d in "$tpg"/np/*; do
+					[ -d "$d" ] || continue
+					[ "$(cat "$d/iser" 2>/dev/null)" = 1 ] && echo 0 >"$d/iser"
+					rmdir "$d" || rc=1
+				done
+				rmdir "$tpg" || rc=1
+			done
+			rmdir "$tgt" || rc=1
+		done
+		# The fabric's directory pins iscsi_target_mod.
+		rmdir "$LIO/iscsi" || rc=1
+	fi
+	if [ -d "$LIO/core" ]; then
+		for hba in "$LIO"/core/*_[0-9]*; do
+			[ -d "$hba" ] || continue
+			for d in "$hba"/*/; do
+				[ -d "$d" ] && { rmdir "$d" || rc=1; }
+			done
+			rmdir "$hba" || rc=1
+		done
+	fi
+	if [ -d /sys/kernel/config/nullb ]; then
+		for d in /sys/kernel/config/nullb/lun_*; do
+			[ -d "$d" ] || continue
+			echo 0 >"$d/power" 2>/dev/null
+			rmdir "$d" || rc=1
+		done
+		modprobe -r null_blk || rc=1
+	fi
+	if [ -e "/run/netns/$LIO_NETNS" ]; then
+		ip netns delete "$LIO_NETNS" || rc=1
+	fi
+	# rmmod, not modprobe -r, which would also take rdma_cm and ib_core
+	# away when nothing else uses them. Sessions and listeners are released
+	# asynchronously, so retry for a while.
+	for m in ib_isert iscsi_target_mod target_core_iblock target_core_file \
+		target_core_pscsi target_core_user target_core_mod; do
+		[ -d "/sys/module/$m" ] || continue
+		_wait_for 20 rmmod "$m" || { _tgt_err "$m does not unload"; rc=1; }
+	done
+	return $rc
+}
+
+# --- open-iscsi ---------------------------------------------------------
+
+# iscsi_start: iscsid in the foreground of a background job, with our own
+# initiator name; node records start empty. /etc, /var/lib and /run are
+# overlays in the guest, so nothing here reaches the host.
+iscsi_start() {
+	local log=${RISER_OUT:-/tmp}/iscsid.log
+	modprobe scsi_transport_iscsi || _tgt_err "cannot load scsi_transport_iscsi" || return 1
+	mkdir -p /etc/iscsi /var/lib/iscsi /run/lock/iscsi || return 1
+	echo "InitiatorName=$RISER_INITIATOR" >/etc/iscsi/initiatorname.iscsi
+	[ -f /etc/iscsi/iscsid.conf ] || : >/etc/iscsi/iscsid.conf
+	# iscsiadm must not try systemctl; fail fast instead of retrying for
+	# two minutes; give up on a dead connection after 30 s.
+	sed -i -e '/^iscsid.startup *=/d' \
+		-e '/^node.session.initial_login_retry_max *=/d' \
+		-e '/^node.session.timeo.replacement_timeout *=/d' \
+		/etc/iscsi/iscsid.conf
+	cat >>/etc/iscsi/iscsid.conf <<-EOF
+		iscsid.startup = /bin/true
+		node.session.initial_login_retry_max = ${ISCSI_LOGIN_RETRIES:-2}
+		node.session.timeo.replacement_timeout = ${ISCSI_REPLACEMENT_TIMEOUT:-30}
+	EOF
+	if findmnt -n -o FSTYPE -T /var/lib/iscsi | grep -q overlay; then
+		rm -rf /var/lib/iscsi/nodes /var/lib/iscsi/send_targets
+	fi
+	iscsid -f ${ISCSID_DEBUG:+-d "$ISCSID_DEBUG"} >>"$log" 2>&1 &
+	ISCSID_PID=$!
+	# iscsiadm answers 20 (ISCSI_ERR_ISCSID_NOTCONN) until iscsid listens,
+	# 21 (no sessions) or 0 afterwards.
+	local i rc
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$ISCSID_PID" 2>/dev/null || { ISCSID_PID=; _tgt_err "iscsid died (see $log)"; return 1; }
+		iscsiadm -m session >/dev/null 2>&1
+		rc=$?
+		[ $rc -eq 0 ] || [ $rc -eq 21 ] && return 0
+		sleep 0.2
+	done
+	_tgt_err "iscsid does not answer (see $log)"
+}
+
+# iscsi_stop: stop the iscsid that iscsi_start started.
+iscsi_stop() {
+	[ -n "$ISCSID_PID" ] || _tgt_err "iscsid was not started here" || return 1
+	iscsiadm -k 0 >/dev/null 2>&1 || kill "$ISCSID_PID" 2>/dev/null
+	local i
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$ISCSID_PID" 2>/dev/null || break
+		sleep 0.2
+	done
+	if kill -0 "$ISCSID_PID" 2>/dev/null; then
+		kill -9 "$ISCSID_PID"
+		wait "$ISCSID_PID" 2>/dev/null
+		ISCSID_PID=
+		_tgt_err "iscsid had to be killed"
+		return 1
+	fi
+	wait "$ISCSID_PID" 2>/dev/null
+	ISCSID_PID=
+}
+
+# iscsi_discover IP [IFACE]: SendTargets discovery; prints the records found.
+iscsi_discover() {
+	iscsiadm -m discovery -t st -p "${1:?IP}:$LIO_PORT" -I "${2:-iser}"
+}
+
+# _iscsi_node IQN IP [IFACE]: make sure a node record exists for IFACE.
+_iscsi_node() {
+	local iqn=$1 ip=$2 iface=${3:-iser}
+	iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" >/dev/null 2>&1 ||
+		iscsiadm -m node -o new -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" >/dev/null
+}
+
+# iscsi_login IQN IP [IFACE]: log in (a node record is made when discovery
+# did not make one).
+iscsi_login() {
+	local iqn=${1:?IQN} ip=${2:?IP} iface=${3:-iser}
+	_iscsi_node "$iqn" "$ip" "$iface" || _tgt_err "no node record for $iqn" || return 1
+	iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
+}
+
+# iscsi_chap IQN IP USER PASS [MUTUAL_USER MUTUAL_PASS] [IFACE via ISCSI_IFACE]:
+# CHAP credentials in the node record, for the next login.
+iscsi_chap() {
+	local iqn=${1:?IQN} ip=${2:?IP} iface=${ISCSI_IFACE:-iser}
+	local n=(iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" -o update)
+	_iscsi_node "$iqn" "$ip" "$iface" || return 1
+	"${n[@]}" -n node.session.auth.authmethod -v CHAP &&
+		"${n[@]}" -n node.session.auth.username -v "${3:?USER}" &&
+		"${n[@]}" -n node.session.auth.password -v "${4:?PASS}" || return 1
+	if [ -n "${5:-}" ]; then
+		"${n[@]}" -n node.session.auth.username_in -v "$5" &&
+			"${n[@]}" -n node.session.auth.password_in -v "${6:?MUTUAL_PASS}" || return 1
+	fi
+}
+
+# iscsi_logout IQN IP: log out of every session to IQN at IP.
+iscsi_logout() {
+	iscsiadm -m node -T "${1:?IQN}" -p "${2:?IP}:$LIO_PORT" --logout
+}
+
+# iscsi_session IQN: prints the sysfs name (sessionN) of a session to IQN.
+iscsi_session() {
+	local s
+	for s in /sys/class/iscsi_session/session*; do
+		[ -e "$s/targetname" ] || continue
+		if [ "$(cat "$s/targetname")" = "${1:?IQN}" ]; then
+			basename "$s"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# iscsi_dev IQN [LUN] [TIMEOUT]: prints /dev/sdX of LUN (default 0) of the
+# logged-in session to IQN, waiting up to TIMEOUT seconds (default 60) for
+# the SCSI scan and udev-less device node.
+iscsi_dev() {
+	local iqn=${1:?IQN} lun=${2:-0} timeout=${3:-60}
+	local i s b
+	for ((i = 0; i < timeout * 5; i++)); do
+		if s=$(iscsi_session "$iqn"); then
+			for b in /sys/class/iscsi_session/"$s"/device/target*/*:*:*:"$lun"/block/*; do
+				if [ -e "$b" ] && [ -b "/dev/$(basename "$b")" ]; then
+					echo "/dev/$(basename "$b")"
+					return 0
+				fi
+			done
+		fi
+		sleep 0.2
+	done
+	_tgt_err "no block device for LUN $lun of $iqn after ${timeout}s"
+}
+
+# --- soft-iWARP ---------------------------------------------------------
+
+# setup_siw [IP]: a soft-iWARP device siw0 on dummy1 (dummy0 is setup_rxe's).
+setup_siw() {
+	local ip=${1:-192.168.78.1} ndev=${SIW_NETDEV:-dummy1}
+	ip link add "$ndev" type dummy 2>/dev/null || true
+	ip addr add "$ip/24" dev "$ndev" 2>/dev/null || true
+	ip link set "$ndev" up &&
+		ip link set lo up &&
+		modprobe siw &&
+		rdma link add siw0 type siw netdev "$ndev"
+}
