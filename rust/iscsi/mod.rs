@@ -236,3 +236,59 @@ impl<T: TransportOps> PinnedDrop for Transport<T> {
         unsafe { bindings::iscsi_unregister_transport(self.tt.get()) };
     }
 }
+
+#[kunit_tests(riser_iscsi)]
+mod tests {
+    use super::*;
+    use kernel::alloc::KBox;
+
+    /// A transport under a name nothing else uses, so the test can register
+    /// it beside riser's own `iser`.
+    struct TestTransport;
+
+    impl TransportOps for TestTransport {
+        const NAME: &'static CStr = c"riser_kunit";
+        const CAPS: u32 = caps::TEXT_NEGO;
+
+        fn attr_visible(attr: Attr) -> bool {
+            attr == Attr::Host(host_param::INITIATOR_NAME)
+        }
+
+        fn create_session(_: u16, _: u16, _: u32) -> Result<Session> {
+            Err(EOPNOTSUPP)
+        }
+    }
+
+    fn module() -> &'static ThisModule {
+        kernel::module::this_module::<crate::driver::Riser>()
+    }
+
+    #[test]
+    fn a_transport_name_registers_once() -> Result {
+        let first = KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL)?;
+        // scsi_transport_iscsi refuses a second transport of the same name.
+        assert_eq!(
+            KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL).err(),
+            Some(EEXIST)
+        );
+        // Unregistering frees the name.
+        drop(first);
+        let again = KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL)?;
+        drop(again);
+        Ok(())
+    }
+
+    #[test]
+    fn attr_is_visible_maps_kinds_and_modes() {
+        let host = bindings::iscsi_param_type_ISCSI_HOST_PARAM as c_int;
+        let param = bindings::iscsi_param_type_ISCSI_PARAM as c_int;
+        let name = host_param::INITIATOR_NAME as c_int;
+        let cb = Transport::<TestTransport>::attr_is_visible_callback;
+        // SAFETY: The callback takes no pointers; any integers are valid.
+        let (shown, other_kind, negative) =
+            unsafe { (cb(host, name), cb(param, name), cb(host, -1)) };
+        assert_eq!(shown, 0o444);
+        assert_eq!(other_kind, 0);
+        assert_eq!(negative, 0);
+    }
+}
