@@ -406,6 +406,21 @@ mod tests {
         bound: AtomicU32,
     }
 
+    impl Waiter {
+        fn new() -> Result<Arc<Self>> {
+            Arc::pin_init(
+                pin_init!(Waiter {
+                    addr <- Completion::new(),
+                    route <- Completion::new(),
+                    seen: AtomicU32::new(0),
+                    status: AtomicI32::new(0),
+                    bound: AtomicU32::new(0),
+                }),
+                GFP_KERNEL,
+            )
+        }
+    }
+
     const ADDR_OK: u32 = 1;
     const ADDR_ERR: u32 = 2;
     const ROUTE_OK: u32 = 4;
@@ -464,16 +479,7 @@ mod tests {
             crate::kunit::skip(c"no RDMA device with an IPv4 GID: create one (rdma link add)");
             return Ok(());
         };
-        let waiter = Arc::pin_init(
-            pin_init!(Waiter {
-                addr <- Completion::new(),
-                route <- Completion::new(),
-                seen: AtomicU32::new(0),
-                status: AtomicI32::new(0),
-                bound: AtomicU32::new(0),
-            }),
-            GFP_KERNEL,
-        )?;
+        let waiter = Waiter::new()?;
         let id = CmId::new(waiter.clone())?;
         id.resolve_addr(SocketAddrV4::new(ip, 3260), 2000)?;
         waiter.addr.wait_for_completion();
@@ -491,16 +497,7 @@ mod tests {
 
     #[test]
     fn cm_id_reports_an_unresolvable_address() -> Result {
-        let waiter = Arc::pin_init(
-            pin_init!(Waiter {
-                addr <- Completion::new(),
-                route <- Completion::new(),
-                seen: AtomicU32::new(0),
-                status: AtomicI32::new(0),
-                bound: AtomicU32::new(0),
-            }),
-            GFP_KERNEL,
-        )?;
+        let waiter = Waiter::new()?;
         let id = CmId::new(waiter.clone())?;
         // TEST-NET-1 (RFC 5737): no route and no RDMA device reach it, so
         // the CM refuses at once or reports ADDR_ERROR.
