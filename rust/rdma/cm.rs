@@ -82,9 +82,9 @@ pub(crate) struct CmIdRef(Opaque<bindings::rdma_cm_id>);
 impl CmIdRef {
     /// The RDMA device the id is bound to, once its address resolved.
     pub(crate) fn device(&self) -> Option<&Device> {
-        // SAFETY: The id is live (type invariant); events for an id are
-        // serialised, and `device` is only set by the address resolution
-        // whose event this is or an earlier one.
+        // Events for an id are serialised, and `device` is only set by the
+        // address resolution whose event this is or an earlier one.
+        // SAFETY: The id is live (type invariant).
         let dev = unsafe { (*self.0.get()).device };
         // SAFETY: A bound id holds a reference on its device for as long as
         // it is bound, which outlives this borrow.
@@ -182,9 +182,9 @@ impl<H: CmHandler> CmId<H> {
         id: *mut bindings::rdma_cm_id,
         event: *mut bindings::rdma_cm_event,
     ) -> c_int {
-        // SAFETY: The CM passes a live id and event. The id's context was set
-        // by `new` and stays valid until `drop` destroys the id, which waits
-        // for running callbacks to finish.
+        // The id's context was set by `new` and stays valid until `drop`
+        // destroys the id, which waits for running callbacks to finish.
+        // SAFETY: The CM passes a live id and event (function contract).
         let (id, ev, handler) = unsafe {
             (
                 &*id.cast::<CmIdRef>(),

@@ -299,9 +299,10 @@ mod tests {
     static REMOVED: AtomicU32 = AtomicU32::new(0);
 
     /// Per-device context of the test client: a PD that lives from `add`
-    /// to `remove`.
+    /// until after `remove`, and the name of the device it was made for.
     struct Ctx {
-        pd: Pd,
+        _pd: Pd,
+        name: super::super::device::DeviceName,
     }
 
     struct TestClient;
@@ -357,11 +358,13 @@ mod tests {
                 }
                 Err(e) => VERBS_ERR.store(e.to_errno(), Ordering::Relaxed),
             }
-            KBox::new(Ctx { pd }, GFP_KERNEL).map_err(Into::into)
+            let name = dev.name();
+            KBox::new(Ctx { _pd: pd, name }, GFP_KERNEL).map_err(Into::into)
         }
 
-        fn remove(_dev: &Device, ctx: &Ctx) {
-            if ctx.pd.local_dma_lkey() != u32::MAX {
+        fn remove(dev: &Device, ctx: &Ctx) {
+            // `remove` must get the context `add` made for this device.
+            if ctx.name.as_bytes() == dev.name().as_bytes() {
                 REMOVED.fetch_add(1, Ordering::Relaxed);
             }
         }
