@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod iser;
+pub(crate) mod pdu;
 pub(crate) mod sizing;
 
 /// Why a buffer from the wire was refused.
@@ -18,4 +19,15 @@ pub(crate) enum ProtoError {
     Opcode(u8),
     /// A reserved bit or field is not zero.
     Reserved,
+    /// An iSCSI opcode a target may not send.
+    IscsiOpcode(u8),
+    /// A target's iSER header advertises a write or read STag.
+    TargetStag,
+    /// The PDU carries an additional header segment, which iSER responses
+    /// riser accepts never have.
+    Ahs,
+    /// The data segment length disagrees with the bytes received.
+    DataLength,
+    /// The completion reports more bytes than the receive buffer holds.
+    Overrun,
 }

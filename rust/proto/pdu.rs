@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Validation of what arrives in an iSER receive: the iSER header, the
+//! iSCSI basic header segment (BHS) and the data segment, bounded by the
+//! byte count the completion reports.
+//!
+//! Everything here distrusts the wire: the lengths a PDU claims are checked
+//! against the bytes that really arrived before anything is handed to
+//! libiscsi, so a truncated or over-long PDU ends in a clean error.
+
+use super::{
+    iser::{IserHeader, ISER_HDR_LEN},
+    ProtoError,
+};
+use core::ops::Range;
+use kernel::prelude::kunit_tests;
+
+/// Length of the iSCSI basic header segment.
+pub(crate) const BHS_LEN: usize = 48;
+
+/// Bytes before the data segment of an iSER receive: the iSER header and
+/// the BHS (ib_iser's ISER_HEADERS_LEN).
+pub(crate) const HEADERS_LEN: usize = ISER_HDR_LEN + BHS_LEN;
+
+/// The largest data segment a BHS can describe (24 bits).
+pub(crate) const MAX_DSL: u32 = (1 << 24) - 1;
+
+/// Opcodes a target sends (RFC 7143, section 11.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TargetOpcode {
+    /// NOP-In.
+    NopIn,
+    /// SCSI Response.
+    ScsiResponse,
+    /// SCSI Task Management Function Response.
+    TmfResponse,
+    /// Login Response.
+    LoginResponse,
+    /// Text Response.
+    TextResponse,
+    /// SCSI Data-In: never sent over iSER, where the target RDMA-WRITEs.
+    DataIn,
+    /// Logout Response.
+    LogoutResponse,
+    /// Ready To Transfer: never sent over iSER, where the target RDMA-READs.
+    R2t,
+    /// Asynchronous Message.
+    AsyncMessage,
+    /// Reject.
+    Reject,
+}
+
+impl TargetOpcode {
+    fn from_wire(op: u8) -> Result<Self, ProtoError> {
+        Ok(match op {
+            0x20 => Self::NopIn,
+            0x21 => Self::ScsiResponse,
+            0x22 => Self::TmfResponse,
+            0x23 => Self::LoginResponse,
+            0x24 => Self::TextResponse,
+            0x25 => Self::DataIn,
+            0x26 => Self::LogoutResponse,
+            0x31 => Self::R2t,
+            0x32 => Self::AsyncMessage,
+            0x3f => Self::Reject,
+            other => return Err(ProtoError::IscsiOpcode(other)),
+        })
+    }
+}
+
+/// A received iSER message that passed validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RxPdu {
+    /// The iSCSI opcode.
+    pub(crate) opcode: TargetOpcode,
+    /// The BHS's second byte (F bit, response flags).
+    pub(crate) flags: u8,
+    /// The Initiator Task Tag, as on the wire.
+    pub(crate) itt: u32,
+    /// The data segment length the BHS declares.
+    pub(crate) dsl: u32,
+    /// Where the BHS lies in the buffer.
+    pub(crate) bhs: Range<usize>,
+    /// Where the data segment (without padding) lies in the buffer.
+    pub(crate) data: Range<usize>,
+}
+
+impl RxPdu {
+    /// Validates the first `byte_len` bytes of a receive buffer `buf`.
+    ///
+    /// `byte_len` is what the completion reports; it must fit in `buf`. The
+    /// iSER header must be a plain control header (a target never advertises
+    /// STags); the BHS must carry a target opcode and no additional header
+    /// segment; the declared data segment must have arrived, followed by at
+    /// most 4 bytes of padding.
+    pub(crate) fn parse(buf: &[u8], byte_len: usize) -> Result<Self, ProtoError> {
+        let rx = buf.get(..byte_len).ok_or(ProtoError::Overrun)?;
+        if rx.len() < HEADERS_LEN {
+            return Err(ProtoError::Short);
+        }
+        let iser = IserHeader::decode(rx)?;
+        if iser.write.is_some() || iser.read.is_some() {
+            return Err(ProtoError::TargetStag);
+        }
+        let bhs = ISER_HDR_LEN..HEADERS_LEN;
+        let b = &rx[bhs.clone()];
+        let opcode = TargetOpcode::from_wire(b[0] & 0x3f)?;
+        if b[4] != 0 {
+            return Err(ProtoError::Ahs);
+        }
+        let dsl = u32::from_be_bytes([0, b[5], b[6], b[7]]);
+        let itt = u32::from_be_bytes([b[16], b[17], b[18], b[19]]);
+        let avail = rx.len() - HEADERS_LEN;
+        let want = usize::try_from(dsl).map_err(|_| ProtoError::DataLength)?;
+        if want > avail || avail - want > 4 {
+            return Err(ProtoError::DataLength);
+        }
+        Ok(Self {
+            opcode,
+            flags: b[1],
+            itt,
+            dsl,
+            bhs,
+            data: HEADERS_LEN..HEADERS_LEN + want,
+        })
+    }
+}
+
+#[kunit_tests(riser_proto_pdu)]
+mod tests {
+    use super::*;
+
+    /// A receive buffer holding a control iSER header, a BHS with `op` and
+    /// `dsl`, and `dsl` data bytes padded to four.
+    fn rx(op: u8, dsl: u32, itt: u32) -> Result<([u8; 512], usize), ProtoError> {
+        let mut b = [0u8; 512];
+        IserHeader::default().encode(&mut b)?;
+        b[ISER_HDR_LEN] = op;
+        b[ISER_HDR_LEN + 1] = 0x80;
+        b[ISER_HDR_LEN + 5..ISER_HDR_LEN + 8].copy_from_slice(&dsl.to_be_bytes()[1..]);
+        b[ISER_HDR_LEN + 16..ISER_HDR_LEN + 20].copy_from_slice(&itt.to_be_bytes());
+        let d = usize::try_from(dsl).map_err(|_| ProtoError::DataLength)?;
+        Ok((b, HEADERS_LEN + d.next_multiple_of(4)))
+    }
+
+    #[test]
+    fn accepts_a_scsi_response_with_sense() -> Result<(), ProtoError> {
+        let (b, len) = rx(0x21, 18, 0x1234)?;
+        let p = RxPdu::parse(&b, len)?;
+        assert_eq!(p.opcode, TargetOpcode::ScsiResponse);
+        assert_eq!(p.itt, 0x1234);
+        assert_eq!(p.dsl, 18);
+        assert_eq!(p.flags, 0x80);
+        assert_eq!(p.bhs, 28..76);
+        assert_eq!(p.data, 76..94);
+        Ok(())
+    }
+
+    #[test]
+    fn accepts_every_target_opcode_and_refuses_initiator_ones() -> Result<(), ProtoError> {
+        for op in 0u8..0x40 {
+            let (b, len) = rx(op, 0, 1)?;
+            let known = matches!(op, 0x20..=0x26 | 0x31 | 0x32 | 0x3f);
+            match RxPdu::parse(&b, len) {
+                Ok(_) => assert!(known),
+                Err(e) => {
+                    assert!(!known);
+                    assert_eq!(e, ProtoError::IscsiOpcode(op));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_truncated_receives() -> Result<(), ProtoError> {
+        let (b, len) = rx(0x20, 0, 7)?;
+        for short in 0..len {
+            assert_eq!(RxPdu::parse(&b, short), Err(ProtoError::Short));
+        }
+        // Data announced but not all received.
+        let (b, len) = rx(0x24, 100, 7)?;
+        assert_eq!(RxPdu::parse(&b, len - 4), Err(ProtoError::DataLength));
+        assert_eq!(RxPdu::parse(&b, HEADERS_LEN), Err(ProtoError::DataLength));
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_a_data_segment_longer_than_the_receive() -> Result<(), ProtoError> {
+        // A NOP-In claiming the largest data segment a BHS can hold.
+        let (b, _) = rx(0x20, MAX_DSL, 7)?;
+        assert_eq!(RxPdu::parse(&b, b.len()), Err(ProtoError::DataLength));
+        // A byte count beyond the buffer itself.
+        assert_eq!(RxPdu::parse(&b, b.len() + 1), Err(ProtoError::Overrun));
+        Ok(())
+    }
+
+    #[test]
+    fn allows_padding_but_not_trailing_garbage() -> Result<(), ProtoError> {
+        let (b, len) = rx(0x21, 5, 7)?;
+        assert_eq!(len, HEADERS_LEN + 8);
+        assert_eq!(RxPdu::parse(&b, HEADERS_LEN + 5)?.data, 76..81);
+        assert_eq!(RxPdu::parse(&b, HEADERS_LEN + 9)?.dsl, 5);
+        assert_eq!(
+            RxPdu::parse(&b, HEADERS_LEN + 10),
+            Err(ProtoError::DataLength)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_stags_ahs_and_bad_iser_headers() -> Result<(), ProtoError> {
+        let (mut b, len) = rx(0x21, 0, 7)?;
+        b[0] |= 0x08;
+        assert_eq!(RxPdu::parse(&b, len), Err(ProtoError::TargetStag));
+        let (mut b, len) = rx(0x21, 0, 7)?;
+        b[ISER_HDR_LEN + 4] = 1;
+        assert_eq!(RxPdu::parse(&b, len), Err(ProtoError::Ahs));
+        let (mut b, len) = rx(0x21, 0, 7)?;
+        b[0] = 0x20;
+        assert_eq!(RxPdu::parse(&b, len), Err(ProtoError::Opcode(2)));
+        let (mut b, len) = rx(0x21, 0, 7)?;
+        b[2] = 1;
+        assert_eq!(RxPdu::parse(&b, len), Err(ProtoError::Reserved));
+        Ok(())
+    }
+
+    #[test]
+    fn never_panics_on_garbage() -> Result<(), ProtoError> {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut b = [0u8; 256];
+        for round in 0..2048usize {
+            for byte in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *byte = x.to_le_bytes()[0];
+            }
+            // Make about half the rounds start with a valid iSER header, so
+            // the BHS checks are reached too.
+            if round % 2 == 0 {
+                IserHeader::default().encode(&mut b)?;
+            }
+            let len = round % (b.len() + 2);
+            if let Ok(p) = RxPdu::parse(&b, len) {
+                assert!(p.data.end <= len);
+                assert!(p.bhs.end <= p.data.start);
+            }
+        }
+        Ok(())
+    }
+}
