@@ -102,6 +102,85 @@ impl Params {
     }
 }
 
+/// Management PDUs a connection may have in flight besides commands:
+/// NOP-Out (2), Text, TMF (2) and Logout (ib_iser's ISER_MAX_TX_MISC_PDUS).
+pub(crate) const TX_MISC_PDUS: u32 = 6;
+/// Unsolicited PDUs a target may send besides responses: NOP-In (2) and
+/// Async Messages (2) (ib_iser's ISER_MAX_RX_MISC_PDUS).
+pub(crate) const RX_MISC_PDUS: u32 = 4;
+/// Unsolicited Data-Out PDUs one command may have in flight.
+pub(crate) const INFLIGHT_DATAOUTS: u32 = 8;
+/// Send work requests one command may need: the command SEND plus its
+/// Data-Outs.
+pub(crate) const SEND_WRS_PER_CMD: u32 = 1 + INFLIGHT_DATAOUTS;
+/// Most scatter/gather pages one registration maps (16 MiB in 4 KiB pages).
+pub(crate) const MAX_SG_PAGES: u32 = 4096;
+
+/// Queue sizes and SCSI limits of one connection on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnSizing {
+    /// Commands the connection can carry at once (SCSI host `can_queue`).
+    pub(crate) max_cmds: u32,
+    /// Send queue depth, including one slot for draining.
+    pub(crate) max_send_wr: u32,
+    /// Receive queue depth, including one slot for draining.
+    pub(crate) max_recv_wr: u32,
+    /// Completion queue entries for both queues.
+    pub(crate) cq_entries: u32,
+    /// Scatter/gather entries per command (SCSI host `sg_tablesize`).
+    pub(crate) sg_tablesize: u32,
+    /// Pages each fast-registration MR must map.
+    pub(crate) pages_per_mr: u32,
+    /// Largest command in sectors (SCSI host `max_sectors`).
+    pub(crate) max_sectors: u32,
+}
+
+/// Sizes a connection for `cmds` commands on a device whose QPs hold at most
+/// `max_qp_wr` work requests and whose MRs map at most `max_fr_pages` pages.
+///
+/// `sg_gaps` says the device registers lists with gaps between entries; when
+/// it does not, a buffer whose first entry is not page aligned costs one page
+/// more, which is reserved. Fails when the device cannot carry one command.
+pub(crate) fn conn_sizing(
+    params: &Params,
+    cmds: u32,
+    max_qp_wr: u32,
+    max_fr_pages: u32,
+    sg_gaps: bool,
+) -> Option<ConnSizing> {
+    let reserved = u32::from(!sg_gaps);
+    let wanted_send = cmds
+        .checked_mul(SEND_WRS_PER_CMD)?
+        .checked_add(TX_MISC_PDUS + RX_MISC_PDUS)?;
+    // One send slot stays free for ib_drain_qp.
+    let max_send_wr = wanted_send.checked_add(1)?.min(max_qp_wr);
+    let max_cmds = max_send_wr
+        .checked_sub(1 + TX_MISC_PDUS + RX_MISC_PDUS)?
+        .checked_div(SEND_WRS_PER_CMD)?
+        .min(cmds);
+    if max_cmds == 0 {
+        return None;
+    }
+    let max_recv_wr = max_cmds.checked_add(1)?.min(max_qp_wr);
+    let sg_tablesize = sg_tablesize(params.max_sectors)
+        .min(MAX_SG_PAGES)
+        .min(max_fr_pages.checked_sub(reserved)?);
+    if sg_tablesize == 0 {
+        return None;
+    }
+    Some(ConnSizing {
+        max_cmds,
+        max_send_wr,
+        max_recv_wr,
+        cq_entries: max_send_wr.checked_add(max_recv_wr)?,
+        sg_tablesize,
+        pages_per_mr: sg_tablesize + reserved,
+        max_sectors: params
+            .max_sectors
+            .min(sg_tablesize.saturating_mul(PAGE_4K / SECTOR_SIZE)),
+    })
+}
+
 #[kunit_tests(riser_proto_sizing)]
 mod tests {
     use super::*;
@@ -154,5 +233,69 @@ mod tests {
         );
         assert!(Params::new(8, 1, 4, false, true).is_ok());
         assert!(Params::new(32768, 65536, 0, true, false).is_ok());
+    }
+
+    fn defaults() -> Params {
+        match Params::new(DEF_MAX_SECTORS, DEF_MAX_LUN, 0, true, false) {
+            Ok(p) => p,
+            Err(_) => Params {
+                max_sectors: 0,
+                max_lun: 0,
+                debug_level: 0,
+                always_register: true,
+                pi_enable: false,
+            },
+        }
+    }
+
+    #[test]
+    fn a_large_device_gets_ib_isers_queues() {
+        // 512 commands: 512 * 9 + 10 send WRs plus one for draining.
+        let s = conn_sizing(&defaults(), 512, 16384, 512, false);
+        assert_eq!(
+            s,
+            Some(ConnSizing {
+                max_cmds: 512,
+                max_send_wr: 4619,
+                max_recv_wr: 513,
+                cq_entries: 5132,
+                sg_tablesize: 128,
+                pages_per_mr: 129,
+                max_sectors: 1024,
+            })
+        );
+    }
+
+    #[test]
+    fn a_small_queue_limits_commands_not_safety() {
+        // rxe-like limits but a tiny QP: commands shrink to what fits.
+        let s = conn_sizing(&defaults(), 512, 1000, 512, false);
+        assert!(s.is_some());
+        if let Some(s) = s {
+            assert_eq!(s.max_send_wr, 1000);
+            assert_eq!(s.max_cmds, (1000 - 11) / 9);
+            assert!(s.max_cmds * SEND_WRS_PER_CMD + TX_MISC_PDUS + RX_MISC_PDUS < s.max_send_wr);
+            assert!(s.max_recv_wr > s.max_cmds);
+        }
+        // A QP that cannot carry one command is refused.
+        assert_eq!(conn_sizing(&defaults(), 512, 19, 512, false), None);
+        assert!(conn_sizing(&defaults(), 512, 20, 512, false).is_some());
+    }
+
+    #[test]
+    fn registration_limits_shrink_sg_and_sectors() {
+        // A device mapping 65 pages per MR, without gap support: 64 pages
+        // of data plus the reserved misalignment page, 256 KiB commands.
+        let s = conn_sizing(&defaults(), 128, 16384, 65, false);
+        assert_eq!(
+            s.map(|s| (s.sg_tablesize, s.pages_per_mr, s.max_sectors)),
+            Some((64, 65, 512))
+        );
+        // With gap support nothing is reserved.
+        let s = conn_sizing(&defaults(), 128, 16384, 65, true);
+        assert_eq!(s.map(|s| (s.sg_tablesize, s.pages_per_mr)), Some((65, 65)));
+        // A device that maps no page is refused, not divided by.
+        assert_eq!(conn_sizing(&defaults(), 128, 16384, 1, false), None);
+        assert_eq!(conn_sizing(&defaults(), 128, 16384, 0, true), None);
     }
 }
