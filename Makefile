@@ -4,7 +4,9 @@
 #
 #   make            build riser.ko against KDIR (default: the kernel scripts/setup built)
 #   make lint       rustfmt --check, clippy with the kernel's lints, W=1 build with -Werror
-#   make check      lint, then run every test inside a guest (KUnit, sysfs, unload)
+#   make check      lint, host unit tests of the proto layer, then every test
+#                   inside a guest (KUnit, sysfs, unload); ends "N passed, N failed"
+#   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make clean
 #
 # KDIR may name any kernel tree built with CONFIG_RUST=y.
@@ -13,8 +15,10 @@ KDIR ?= $(shell $(CURDIR)/scripts/setup --print-kdir)
 LLVM ?= -19
 RUSTFMT ?= rustfmt
 KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean
+.PHONY: all modules lint fmt check clean host-test
 
 all: modules
 
@@ -34,9 +38,15 @@ lint:
 	$(KMAKE) clean
 	$(KMAKE) W=1e modules
 
-check: lint
-	tests/run-guest --kdir $(KDIR)
+# The proto layer's source, built for the host: its tests run under cargo,
+# and tests/run-guest adds their counts to the total.
+host-test:
+	@mkdir -p out
+	cargo test --manifest-path tests/host/Cargo.toml 2>&1 | tee out/host-test.log
+
+check: lint host-test
+	RISER_HOST_LOG=out/host-test.log tests/run-guest --kdir $(KDIR)
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean
-	rm -f rust/bindings_generated.rs
+	rm -rf rust/bindings_generated.rs tests/host/target

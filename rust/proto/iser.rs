@@ -9,6 +9,7 @@
 //! broken or hostile.
 
 use super::ProtoError;
+#[cfg(MODULE)]
 use kernel::prelude::kunit_tests;
 
 /// Length in bytes of the iSER header (RFC 7145, section 9.2).
@@ -169,7 +170,10 @@ impl CmHeader {
     }
 }
 
-#[kunit_tests(riser_proto_iser)]
+// In the kernel the tests are a KUnit suite; built as a host crate
+// (tests/host) they run under `cargo test`.
+#[cfg_attr(MODULE, kunit_tests(riser_proto_iser))]
+#[cfg_attr(not(MODULE), cfg(test))]
 mod tests {
     use super::*;
 

@@ -13,6 +13,7 @@ use super::{
     ProtoError,
 };
 use core::ops::Range;
+#[cfg(MODULE)]
 use kernel::prelude::kunit_tests;
 
 /// Length of the iSCSI basic header segment.
@@ -126,7 +127,10 @@ impl RxPdu {
     }
 }
 
-#[kunit_tests(riser_proto_pdu)]
+// In the kernel the tests are a KUnit suite; built as a host crate
+// (tests/host) they run under `cargo test`.
+#[cfg_attr(MODULE, kunit_tests(riser_proto_pdu))]
+#[cfg_attr(not(MODULE), cfg(test))]
 mod tests {
     use super::*;
 

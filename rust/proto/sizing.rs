@@ -4,6 +4,7 @@
 //! advertises, and the bounds each parameter must keep.
 
 use core::ops::RangeInclusive;
+#[cfg(MODULE)]
 use kernel::prelude::kunit_tests;
 
 /// Bytes in a SCSI sector.
@@ -181,7 +182,10 @@ pub(crate) fn conn_sizing(
     })
 }
 
-#[kunit_tests(riser_proto_sizing)]
+// In the kernel the tests are a KUnit suite; built as a host crate
+// (tests/host) they run under `cargo test`.
+#[cfg_attr(MODULE, kunit_tests(riser_proto_sizing))]
+#[cfg_attr(not(MODULE), cfg(test))]
 mod tests {
     use super::*;
 
