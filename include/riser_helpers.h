@@ -31,4 +31,12 @@ struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 					void *context, int ps, int qp_type);
 void riser_kunit_skip(const char *reason);
 
+/* Module parameters (rust/params.c); riser_param_check() is Rust. */
+unsigned int riser_param_max_sectors(void);
+unsigned int riser_param_max_lun(void);
+int riser_param_debug_level(void);
+bool riser_param_always_register(void);
+bool riser_param_pi_enable(void);
+int riser_param_check(const char *name, long long value);
+
 #endif /* RISER_HELPERS_H */

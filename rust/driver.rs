@@ -111,31 +111,10 @@ impl ClientDriver for Iser {
     }
 }
 
-fn params() -> Result<Params> {
-    use crate::module_parameters as p;
-    Params::new(
-        p::max_sectors.value(),
-        p::max_lun.value(),
-        p::debug_level.value(),
-        p::always_register.value(),
-        p::pi_enable.value(),
-    )
-    .map_err(|e| {
-        pr_err!(
-            "module parameter {}={} is out of range {}..={}; not loading\n",
-            e.name,
-            e.value,
-            e.min,
-            e.max
-        );
-        EINVAL
-    })
-}
-
 impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            params: params()?,
+            params: crate::params::current()?,
             sht <- HostTemplate::new_iscsi(
                 module,
                 c"iSCSI Initiator over iSER",

@@ -17,6 +17,7 @@ mod bindings;
 mod driver;
 mod iscsi;
 mod kunit;
+mod params;
 mod proto;
 mod rdma;
 mod scsi;
@@ -29,26 +30,4 @@ module! {
     authors: ["The riser developers"],
     description: "iSER initiator (iSCSI Extensions for RDMA) in Rust",
     license: "GPL",
-    params: {
-        max_sectors: u32 {
-            default: 1024,
-            description: "Max number of sectors in a single scsi command, 8..32768 (default:1024)",
-        },
-        max_lun: u32 {
-            default: 512,
-            description: "Max LUNs to allow per session, 1..65536 (default:512)",
-        },
-        debug_level: i32 {
-            default: 0,
-            description: "Enable debug tracing if > 0, 0..4 (default:disabled)",
-        },
-        always_register: bool {
-            default: true,
-            description: "Always register memory, even for continuous memory regions (default:true)",
-        },
-        pi_enable: bool {
-            default: false,
-            description: "Enable T10-PI offload support (default:disabled)",
-        },
-    },
 }

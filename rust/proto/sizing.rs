@@ -61,20 +61,43 @@ pub(crate) struct ParamError {
     pub(crate) max: i64,
 }
 
-fn check<T: Copy + PartialOrd + Into<i64>>(
-    name: &'static str,
-    value: T,
-    range: RangeInclusive<T>,
-) -> Result<T, ParamError> {
-    if range.contains(&value) {
-        Ok(value)
+/// Checks one module parameter's value against its bounds; the booleans
+/// have none. An unknown name is refused.
+pub(crate) fn check_param(name: &str, value: i64) -> Result<(), ParamError> {
+    let (min, max) = match name {
+        "max_sectors" => (*MAX_SECTORS_RANGE.start(), *MAX_SECTORS_RANGE.end()).into_i64(),
+        "max_lun" => (*MAX_LUN_RANGE.start(), *MAX_LUN_RANGE.end()).into_i64(),
+        "debug_level" => (*DEBUG_LEVEL_RANGE.start(), *DEBUG_LEVEL_RANGE.end()).into_i64(),
+        "always_register" | "pi_enable" => (0, 1),
+        _ => (1, 0),
+    };
+    if (min..=max).contains(&value) {
+        Ok(())
     } else {
         Err(ParamError {
-            name,
-            value: value.into(),
-            min: (*range.start()).into(),
-            max: (*range.end()).into(),
+            name: match name {
+                "max_sectors" => "max_sectors",
+                "max_lun" => "max_lun",
+                "debug_level" => "debug_level",
+                "always_register" => "always_register",
+                "pi_enable" => "pi_enable",
+                _ => "unknown parameter",
+            },
+            value,
+            min,
+            max,
         })
+    }
+}
+
+/// Widens a pair of bounds to `i64`.
+trait IntoI64 {
+    fn into_i64(self) -> (i64, i64);
+}
+
+impl<T: Into<i64>> IntoI64 for (T, T) {
+    fn into_i64(self) -> (i64, i64) {
+        (self.0.into(), self.1.into())
     }
 }
 
@@ -87,10 +110,13 @@ impl Params {
         always_register: bool,
         pi_enable: bool,
     ) -> Result<Self, ParamError> {
+        check_param("max_sectors", max_sectors.into())?;
+        check_param("max_lun", max_lun.into())?;
+        check_param("debug_level", debug_level.into())?;
         Ok(Self {
-            max_sectors: check("max_sectors", max_sectors, MAX_SECTORS_RANGE)?,
-            max_lun: check("max_lun", max_lun, MAX_LUN_RANGE)?,
-            debug_level: check("debug_level", debug_level, DEBUG_LEVEL_RANGE)?,
+            max_sectors,
+            max_lun,
+            debug_level,
             always_register,
             pi_enable,
         })
@@ -197,6 +223,25 @@ mod tests {
             assert_eq!(p.sg_tablesize(), 128);
             assert_eq!(p.max_sectors, 1024);
         }
+    }
+
+    #[test]
+    fn each_parameter_is_checked_by_name() {
+        assert_eq!(check_param("max_sectors", 8), Ok(()));
+        assert_eq!(check_param("max_sectors", 7).map_err(|e| e.min), Err(8));
+        assert_eq!(check_param("max_lun", 65537).map_err(|e| e.max), Err(65536));
+        assert_eq!(check_param("debug_level", 4), Ok(()));
+        assert_eq!(check_param("always_register", 1), Ok(()));
+        assert_eq!(
+            check_param("pi_enable", 2).map_err(|e| e.name),
+            Err("pi_enable")
+        );
+        assert_eq!(
+            check_param("no_such_thing", 0).map_err(|e| e.name),
+            Err("unknown parameter")
+        );
+        assert!(check_param("max_sectors", i64::MIN).is_err());
+        assert!(check_param("max_sectors", i64::MAX).is_err());
     }
 
     #[test]

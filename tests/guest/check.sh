@@ -23,10 +23,29 @@ check "caps is 0x89 (RECOVERY_L0|MULTI_R2T|TEXT_NEGO)" \
 	bash -c "[ \"\$(cat $T/caps)\" = 0x89 ]"
 check "handle is a non-zero number" \
 	bash -c "[[ \$(cat $T/handle) =~ ^[1-9][0-9]*\$ ]]"
+check "iscsi_transport registration logged" dmesg_has 'iscsi: registered transport \(iser\)'
 check "modinfo lists ib_iser's five parameters" bash -c "
 	p=\$(modinfo -p $KO | cut -d: -f1 | sort | tr '\\n' ' ')
 	[ \"\$p\" = 'always_register debug_level max_lun max_sectors pi_enable ' ]"
-check "iscsi_transport registration logged" dmesg_has 'iscsi: registered transport \(iser\)'
+P=/sys/module/riser/parameters
+check "parameters in sysfs with ib_iser's defaults" bash -c "
+	[ \$(cat $P/max_sectors) = 1024 ] && [ \$(cat $P/max_lun) = 512 ] &&
+	[ \$(cat $P/debug_level) = 0 ] && [ \$(cat $P/always_register) = Y ] &&
+	[ \$(cat $P/pi_enable) = N ]"
+check "parameter modes as ib_iser's (max_sectors, debug_level writable)" bash -c "
+	[ \$(stat -c %a $P/max_sectors) = 644 ] && [ \$(stat -c %a $P/debug_level) = 644 ] &&
+	[ \$(stat -c %a $P/max_lun) = 444 ] && [ \$(stat -c %a $P/always_register) = 444 ] &&
+	[ \$(stat -c %a $P/pi_enable) = 444 ]"
+dmesg_mark
+expect_fail "writing max_sectors=0 at run time is refused" bash -c "echo 0 > $P/max_sectors"
+check "and logged with the bounds" dmesg_has 'module parameter max_sectors=0 is out of range 8..=32768'
+expect_fail "writing debug_level=9 is refused" bash -c "echo 9 > $P/debug_level"
+expect_fail "writing a non-number is refused" bash -c "echo lots > $P/max_sectors"
+check "refused writes left the values alone" bash -c "
+	[ \$(cat $P/max_sectors) = 1024 ] && [ \$(cat $P/debug_level) = 0 ]"
+check "writing max_sectors=2048 and debug_level=2 at run time" bash -c "
+	echo 2048 > $P/max_sectors && echo 2 > $P/debug_level &&
+	[ \$(cat $P/max_sectors) = 2048 ] && [ \$(cat $P/debug_level) = 2 ]"
 check "rmmod riser" rmmod riser
 check "transport gone after unload" test ! -e "$T"
 

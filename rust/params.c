@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * riser's module parameters, with ib_iser's names, meanings and modes.
+ *
+ * They are declared in C because module_param_cb() is a macro and because
+ * the Rust `module!` macro of this kernel registers parameters without sysfs
+ * entries, while ib_iser shows them under /sys/module/.../parameters and lets
+ * root change max_sectors and debug_level at run time (for sessions made
+ * afterwards). Every value, at load time or written later, is checked by
+ * riser_param_check(), which is Rust (rust/params.rs) and holds the bounds.
+ */
+#include <linux/kernel.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+
+#include "riser_helpers.h"
+
+static unsigned int max_sectors = 1024;
+static unsigned int max_lun = 512;
+static int debug_level;
+static bool always_register = true;
+static bool pi_enable;
+
+static int riser_set_uint(const char *val, const struct kernel_param *kp)
+{
+	unsigned int n;
+	int ret = kstrtouint(val, 0, &n);
+
+	if (ret) {
+		pr_err("riser: module parameter %s=%s is not a number\n", kp->name, val);
+		return ret;
+	}
+	ret = riser_param_check(kp->name, n);
+	if (ret)
+		return ret;
+	WRITE_ONCE(*(unsigned int *)kp->arg, n);
+	return 0;
+}
+
+static int riser_set_int(const char *val, const struct kernel_param *kp)
+{
+	int n;
+	int ret = kstrtoint(val, 0, &n);
+
+	if (ret) {
+		pr_err("riser: module parameter %s=%s is not a number\n", kp->name, val);
+		return ret;
+	}
+	ret = riser_param_check(kp->name, n);
+	if (ret)
+		return ret;
+	WRITE_ONCE(*(int *)kp->arg, n);
+	return 0;
+}
+
+static const struct kernel_param_ops riser_uint_ops = {
+	.set = riser_set_uint,
+	.get = param_get_uint,
+};
+
+static const struct kernel_param_ops riser_int_ops = {
+	.set = riser_set_int,
+	.get = param_get_int,
+};
+
+module_param_cb(max_sectors, &riser_uint_ops, &max_sectors, 0644);
+MODULE_PARM_DESC(max_sectors,
+		 "Max number of sectors in a single scsi command, 8..32768 (default:1024)");
+module_param_cb(max_lun, &riser_uint_ops, &max_lun, 0444);
+MODULE_PARM_DESC(max_lun, "Max LUNs to allow per session, 1..65536 (default:512)");
+module_param_cb(debug_level, &riser_int_ops, &debug_level, 0644);
+MODULE_PARM_DESC(debug_level, "Enable debug tracing if > 0, 0..4 (default:disabled)");
+module_param(always_register, bool, 0444);
+MODULE_PARM_DESC(always_register,
+		 "Always register memory, even for continuous memory regions (default:true)");
+module_param(pi_enable, bool, 0444);
+MODULE_PARM_DESC(pi_enable, "Enable T10-PI offload support (default:disabled)");
+
+unsigned int riser_param_max_sectors(void)
+{
+	return READ_ONCE(max_sectors);
+}
+
+unsigned int riser_param_max_lun(void)
+{
+	return READ_ONCE(max_lun);
+}
+
+int riser_param_debug_level(void)
+{
+	return READ_ONCE(debug_level);
+}
+
+bool riser_param_always_register(void)
+{
+	return READ_ONCE(always_register);
+}
+
+bool riser_param_pi_enable(void)
+{
+	return READ_ONCE(pi_enable);
+}
