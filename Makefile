@@ -7,6 +7,8 @@
 #   make check      lint, host unit tests of the proto layer, then every test
 #                   inside a guest (KUnit, sysfs, unload); ends "N passed, N failed"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
+#   make reference  the guest harness (LIO target, iscsid) driven by the C
+#                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
 #
 # KDIR may name any kernel tree built with CONFIG_RUST=y.
@@ -18,7 +20,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean host-test
+.PHONY: all modules lint fmt check clean host-test reference
 
 all: modules
 
@@ -46,6 +48,10 @@ host-test:
 
 check: lint host-test
 	RISER_HOST_LOG=out/host-test.log tests/run-guest --kdir $(KDIR)
+
+reference: modules
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_siw_smoke.sh
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean

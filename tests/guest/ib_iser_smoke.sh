@@ -21,8 +21,18 @@ fi
 PAT=/tmp/pattern.bin
 BACK=/tmp/readback.bin
 
-discovery_finds_target() { iscsi_discover "$IP" | tee /dev/stderr | grep -q " $IQN\$"; }
-session_is_iser() { iscsiadm -m session | tee /dev/stderr | grep -q "^iser: .* $IP:3260,1 $IQN "; }
+discovery_finds_target() {
+	local out
+	out=$(iscsi_discover "$IP") || return 1
+	echo "$out"
+	grep -q " $IQN\$" <<<"$out"
+}
+session_is_iser() {
+	local out
+	out=$(iscsiadm -m session) || return 1
+	echo "$out"
+	grep -q "^iser: .* $IP:3260,1 $IQN " <<<"$out"
+}
 host_is_iscsi_iser() {
 	local s h
 	s=$(iscsi_session "$IQN") || return 1
@@ -33,6 +43,9 @@ host_is_iscsi_iser() {
 write_pattern() { dd if="$PAT" of="$DEV" bs=1M count=4 oflag=direct conv=fsync; }
 read_back() { dd if="$DEV" of="$BACK" bs=1M count=4 iflag=direct; }
 no_session_left() { ! iscsi_session "$IQN"; }
+
+# The kernel log, refreshed while the script runs, for when the guest hangs.
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
 dmesg_mark
 if [ "$RDMA" = siw ]; then

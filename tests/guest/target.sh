@@ -35,6 +35,8 @@ LIO_PORT=3260
 LIO_NETNS=liotcp
 RISER_INITIATOR=${RISER_INITIATOR:-iqn.2026-11.org.riser:initiator}
 ISCSID_PID=
+# Upper bound on one iscsiadm discovery, login or logout, in seconds.
+ISCSI_TIMEOUT=${ISCSI_TIMEOUT:-180}
 
 _tgt_err() { echo "target.sh: $*" >&2; return 1; }
 
@@ -151,11 +153,12 @@ lio_rd_target() {
 # the iblock backstore.
 lio_nullblk_target() {
 	local iqn=${1:?IQN} ip=${2:?IP} mb=${3:-128} siw=${4:-}
-	local name nb idx bs
+	local name nb bs
 	_lio_load || return 1
 	if [ ! -d /sys/kernel/config/nullb ]; then
 		modprobe null_blk nr_devices=0 || _tgt_err "cannot load null_blk" || return 1
 	fi
+	# null_blk names the disk after its configfs directory (32 bytes at most).
 	name=$(_lio_bs_name "$iqn")
 	nb=/sys/kernel/config/nullb/$name
 	mkdir "$nb" &&
@@ -164,13 +167,12 @@ lio_nullblk_target() {
 		echo 512 >"$nb/blocksize" &&
 		echo 1 >"$nb/power" ||
 		_tgt_err "cannot create null_blk device $name ($mb MiB)" || return 1
-	idx=$(cat "$nb/index")
-	_wait_for 10 test -b "/dev/nullb$idx" || _tgt_err "no /dev/nullb$idx" || return 1
+	_wait_for 10 test -b "/dev/$name" || _tgt_err "no /dev/$name" || return 1
 	bs=$LIO/core/iblock_0/$name
 	mkdir -p "$bs" &&
-		echo "udev_path=/dev/nullb$idx" >"$bs/control" &&
+		echo "udev_path=/dev/$name" >"$bs/control" &&
 		echo 1 >"$bs/enable" ||
-		_tgt_err "cannot create the iblock backstore on /dev/nullb$idx" || return 1
+		_tgt_err "cannot create the iblock backstore on /dev/$name" || return 1
 	_lio_iscsi_target "$iqn" "$ip" "$bs" "$siw"
 }
 
@@ -279,7 +281,7 @@ lio_teardown() {
 		done
 	fi
 	if [ -d /sys/kernel/config/nullb ]; then
-		for d in /sys/kernel/config/nullb/lun_*; do
+		for d in /sys/kernel/config/nullb/*/; do
 			[ -d "$d" ] || continue
 			echo 0 >"$d/power" 2>/dev/null
 			rmdir "$d" || rc=1
@@ -312,24 +314,31 @@ iscsi_start() {
 	echo "InitiatorName=$RISER_INITIATOR" >/etc/iscsi/initiatorname.iscsi
 	[ -f /etc/iscsi/iscsid.conf ] || : >/etc/iscsi/iscsid.conf
 	# iscsiadm must not try systemctl; fail fast instead of retrying for
-	# two minutes; give up on a dead connection after 30 s.
+	# two minutes (a retry after a rejected login was seen to stall for
+	# 30 s with ib_iser and LIO); give up on a dead connection after 30 s.
 	sed -i -e '/^iscsid.startup *=/d' \
 		-e '/^node.session.initial_login_retry_max *=/d' \
 		-e '/^node.session.timeo.replacement_timeout *=/d' \
 		/etc/iscsi/iscsid.conf
 	cat >>/etc/iscsi/iscsid.conf <<-EOF
 		iscsid.startup = /bin/true
-		node.session.initial_login_retry_max = ${ISCSI_LOGIN_RETRIES:-2}
+		node.session.initial_login_retry_max = ${ISCSI_LOGIN_RETRIES:-1}
 		node.session.timeo.replacement_timeout = ${ISCSI_REPLACEMENT_TIMEOUT:-30}
 	EOF
 	if findmnt -n -o FSTYPE -T /var/lib/iscsi | grep -q overlay; then
 		rm -rf /var/lib/iscsi/nodes /var/lib/iscsi/send_targets
 	fi
-	iscsid -f ${ISCSID_DEBUG:+-d "$ISCSID_DEBUG"} >>"$log" 2>&1 &
+	# A session of its own: on SIGTERM iscsid does killpg(0, SIGTERM),
+	# which in our process group would kill the test script as well.
+	setsid iscsid -f ${ISCSID_DEBUG:+-d "$ISCSID_DEBUG"} >>"$log" 2>&1 </dev/null &
 	ISCSID_PID=$!
 	# iscsiadm answers 20 (ISCSI_ERR_ISCSID_NOTCONN) until iscsid listens,
 	# 21 (no sessions) or 0 afterwards.
 	local i rc
+	# setsid forks only when it leads a process group, which a background
+	# job of a script does not: the pid is iscsid's.
+	_wait_for 5 grep -qx iscsid "/proc/$ISCSID_PID/comm" ||
+		_tgt_err "pid $ISCSID_PID is not iscsid" || return 1
 	for ((i = 0; i < 100; i++)); do
 		kill -0 "$ISCSID_PID" 2>/dev/null || { ISCSID_PID=; _tgt_err "iscsid died (see $log)"; return 1; }
 		iscsiadm -m session >/dev/null 2>&1
@@ -340,29 +349,45 @@ iscsi_start() {
 	_tgt_err "iscsid does not answer (see $log)"
 }
 
-# iscsi_stop: stop the iscsid that iscsi_start started.
-iscsi_stop() {
-	[ -n "$ISCSID_PID" ] || _tgt_err "iscsid was not started here" || return 1
-	iscsiadm -k 0 >/dev/null 2>&1 || kill "$ISCSID_PID" 2>/dev/null
-	local i
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$ISCSID_PID" 2>/dev/null || break
+# _proc_state PID: the process state letter (R, S, D, Z...), empty when gone.
+_proc_state() { awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null; }
+
+# _reaped_within SECONDS PID: true once PID has exited (a zombie counts).
+_reaped_within() {
+	local i st
+	for ((i = 0; i < $1 * 5; i++)); do
+		st=$(_proc_state "$2")
+		[ -z "$st" ] || [ "$st" = Z ] && return 0
 		sleep 0.2
 	done
-	if kill -0 "$ISCSID_PID" 2>/dev/null; then
-		kill -9 "$ISCSID_PID"
-		wait "$ISCSID_PID" 2>/dev/null
+	return 1
+}
+
+# iscsi_stop: stop the iscsid that iscsi_start started (SIGTERM, then
+# SIGKILL). Never blocks for good: a process stuck in the kernel is reported
+# (state and wait channel) and left alone.
+iscsi_stop() {
+	local pid=$ISCSID_PID
+	[ -n "$pid" ] || _tgt_err "iscsid was not started here" || return 1
+	kill -TERM "$pid" 2>/dev/null
+	if ! _reaped_within 10 "$pid"; then
+		_tgt_err "iscsid ignores SIGTERM: state $(_proc_state "$pid"), wchan $(cat "/proc/$pid/wchan" 2>/dev/null)"
+		kill -KILL "$pid" 2>/dev/null
+		if ! _reaped_within 10 "$pid"; then
+			_tgt_err "iscsid survives SIGKILL: state $(_proc_state "$pid"), wchan $(cat "/proc/$pid/wchan" 2>/dev/null)"
+			return 1
+		fi
+		wait "$pid" 2>/dev/null
 		ISCSID_PID=
-		_tgt_err "iscsid had to be killed"
 		return 1
 	fi
-	wait "$ISCSID_PID" 2>/dev/null
+	wait "$pid" 2>/dev/null
 	ISCSID_PID=
 }
 
 # iscsi_discover IP [IFACE]: SendTargets discovery; prints the records found.
 iscsi_discover() {
-	iscsiadm -m discovery -t st -p "${1:?IP}:$LIO_PORT" -I "${2:-iser}"
+	timeout "$ISCSI_TIMEOUT" iscsiadm -m discovery -t st -p "${1:?IP}:$LIO_PORT" -I "${2:-iser}"
 }
 
 # _iscsi_node IQN IP [IFACE]: make sure a node record exists for IFACE.
@@ -377,7 +402,7 @@ _iscsi_node() {
 iscsi_login() {
 	local iqn=${1:?IQN} ip=${2:?IP} iface=${3:-iser}
 	_iscsi_node "$iqn" "$ip" "$iface" || _tgt_err "no node record for $iqn" || return 1
-	iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
+	timeout "$ISCSI_TIMEOUT" iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
 }
 
 # iscsi_chap IQN IP USER PASS [MUTUAL_USER MUTUAL_PASS] [IFACE via ISCSI_IFACE]:
@@ -397,7 +422,7 @@ iscsi_chap() {
 
 # iscsi_logout IQN IP: log out of every session to IQN at IP.
 iscsi_logout() {
-	iscsiadm -m node -T "${1:?IQN}" -p "${2:?IP}:$LIO_PORT" --logout
+	timeout "$ISCSI_TIMEOUT" iscsiadm -m node -T "${1:?IQN}" -p "${2:?IP}:$LIO_PORT" --logout
 }
 
 # iscsi_session IQN: prints the sysfs name (sessionN) of a session to IQN.
