@@ -125,8 +125,8 @@ impl Device {
             let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index) };
             let attr = match from_err_ptr(attr.cast_mut()) {
                 Ok(a) => a,
-                // An empty entry.
-                Err(e) if e == ENOENT => continue,
+                // An empty entry (the table may have holes).
+                Err(e) if e == ENODATA => continue,
                 // Past the table's end, or no such port.
                 Err(_) => break,
             };
