@@ -52,6 +52,7 @@ check: lint host-test
 reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_siw_smoke.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_extra.sh
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean

@@ -209,11 +209,12 @@ lio_chap() {
 		mkdir "$a" && mkdir "$a/lun_0" && ln -s "$t/lun/lun_0" "$a/lun_0/lun_0" ||
 			_tgt_err "cannot create the node ACL $RISER_INITIATOR" || return 1
 	fi
-	echo "$user" >"$a/auth/userid" && echo "$pass" >"$a/auth/password" ||
+	# printf, not echo: LIO keeps a trailing newline as part of the secret.
+	printf %s "$user" >"$a/auth/userid" && printf %s "$pass" >"$a/auth/password" ||
 		_tgt_err "cannot set CHAP credentials" || return 1
 	if [ -n "$muser" ]; then
-		echo "$muser" >"$a/auth/userid_mutual" &&
-			echo "$mpass" >"$a/auth/password_mutual" ||
+		printf %s "$muser" >"$a/auth/userid_mutual" &&
+			printf %s "$mpass" >"$a/auth/password_mutual" ||
 			_tgt_err "cannot set mutual CHAP credentials" || return 1
 	fi
 	echo 1 >"$t/attrib/authentication" || _tgt_err "cannot enforce authentication"
