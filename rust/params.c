@@ -21,36 +21,27 @@ static int debug_level;
 static bool always_register = true;
 static bool pi_enable;
 
-static int riser_set_uint(const char *val, const struct kernel_param *kp)
+/* Parses and checks a value; the bounds live in Rust. */
+static int riser_param_parse_check(const char *val, const struct kernel_param *kp)
 {
-	unsigned int n;
-	int ret = kstrtouint(val, 0, &n);
+	long long n;
+	int ret = kstrtoll(val, 0, &n);
 
 	if (ret) {
 		pr_err("riser: module parameter %s=%s is not a number\n", kp->name, val);
 		return ret;
 	}
-	ret = riser_param_check(kp->name, n);
-	if (ret)
-		return ret;
-	WRITE_ONCE(*(unsigned int *)kp->arg, n);
-	return 0;
+	return riser_param_check(kp->name, n);
+}
+
+static int riser_set_uint(const char *val, const struct kernel_param *kp)
+{
+	return riser_param_parse_check(val, kp) ?: param_set_uint(val, kp);
 }
 
 static int riser_set_int(const char *val, const struct kernel_param *kp)
 {
-	int n;
-	int ret = kstrtoint(val, 0, &n);
-
-	if (ret) {
-		pr_err("riser: module parameter %s=%s is not a number\n", kp->name, val);
-		return ret;
-	}
-	ret = riser_param_check(kp->name, n);
-	if (ret)
-		return ret;
-	WRITE_ONCE(*(int *)kp->arg, n);
-	return 0;
+	return riser_param_parse_check(val, kp) ?: param_set_int(val, kp);
 }
 
 static const struct kernel_param_ops riser_uint_ops = {
