@@ -3,7 +3,6 @@
 //! Sizing rules: how the module parameters turn into the limits a session
 //! advertises, and the bounds each parameter must keep.
 
-use core::ops::RangeInclusive;
 #[cfg(MODULE)]
 use kernel::prelude::kunit_tests;
 
@@ -14,15 +13,8 @@ pub(crate) const PAGE_4K: u32 = 4096;
 
 /// `max_sectors` ib_iser uses by default: 512 KiB commands.
 pub(crate) const DEF_MAX_SECTORS: u32 = 1024;
-/// Allowed `max_sectors`: at least one 4 KiB page, at most 16 MiB (4096
-/// pages, the largest fast-registration list ib_iser supports).
-pub(crate) const MAX_SECTORS_RANGE: RangeInclusive<u32> = 8..=32768;
 /// LUNs scanned per session by default.
 pub(crate) const DEF_MAX_LUN: u32 = 512;
-/// Allowed `max_lun`.
-pub(crate) const MAX_LUN_RANGE: RangeInclusive<u32> = 1..=65536;
-/// Allowed `debug_level`: 0 (off) to 4 (every PDU).
-pub(crate) const DEBUG_LEVEL_RANGE: RangeInclusive<i32> = 0..=4;
 /// Commands queued per LUN by default: as many as a session holds by default
 /// (ib_iser's ISER_DEF_XMIT_CMDS_MAX).
 pub(crate) const DEF_CMD_PER_LUN: i16 = 512;
@@ -61,43 +53,37 @@ pub(crate) struct ParamError {
     pub(crate) max: i64,
 }
 
-/// Checks one module parameter's value against its bounds; the booleans
-/// have none. An unknown name is refused.
+/// Each module parameter with its inclusive bounds:
+/// - `max_sectors`: at least one 4 KiB page, at most 16 MiB (4096 pages, the
+///   largest fast-registration list ib_iser supports);
+/// - `max_lun`: 1 to 65536 LUNs scanned per session;
+/// - `debug_level`: 0 (off) to 4 (every PDU);
+/// - the booleans `always_register` and `pi_enable`: 0 or 1.
+const BOUNDS: [(&str, i64, i64); 5] = [
+    ("max_sectors", 8, 32768),
+    ("max_lun", 1, 65536),
+    ("debug_level", 0, 4),
+    ("always_register", 0, 1),
+    ("pi_enable", 0, 1),
+];
+
+/// Checks one module parameter's value against its bounds. An unknown name
+/// is refused.
 pub(crate) fn check_param(name: &str, value: i64) -> Result<(), ParamError> {
-    let (min, max) = match name {
-        "max_sectors" => (*MAX_SECTORS_RANGE.start(), *MAX_SECTORS_RANGE.end()).into_i64(),
-        "max_lun" => (*MAX_LUN_RANGE.start(), *MAX_LUN_RANGE.end()).into_i64(),
-        "debug_level" => (*DEBUG_LEVEL_RANGE.start(), *DEBUG_LEVEL_RANGE.end()).into_i64(),
-        "always_register" | "pi_enable" => (0, 1),
-        _ => (1, 0),
-    };
+    let (name, min, max) = BOUNDS
+        .iter()
+        .copied()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or(("unknown parameter", 1, 0));
     if (min..=max).contains(&value) {
         Ok(())
     } else {
         Err(ParamError {
-            name: match name {
-                "max_sectors" => "max_sectors",
-                "max_lun" => "max_lun",
-                "debug_level" => "debug_level",
-                "always_register" => "always_register",
-                "pi_enable" => "pi_enable",
-                _ => "unknown parameter",
-            },
+            name,
             value,
             min,
             max,
         })
-    }
-}
-
-/// Widens a pair of bounds to `i64`.
-trait IntoI64 {
-    fn into_i64(self) -> (i64, i64);
-}
-
-impl<T: Into<i64>> IntoI64 for (T, T) {
-    fn into_i64(self) -> (i64, i64) {
-        (self.0.into(), self.1.into())
     }
 }
 
