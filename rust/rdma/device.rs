@@ -5,13 +5,12 @@
 use crate::bindings;
 use core::{
     marker::PhantomData,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     ptr::null_mut,
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
-    alloc::KBox,
-    alloc::KVec,
+    alloc::{KBox, KVec},
     error::{from_err_ptr, from_result, to_result},
     prelude::*,
     str::CStrExt,
@@ -108,9 +107,7 @@ impl Device {
             num_comp_vectors: u32::try_from(vectors).unwrap_or(0),
         }
     }
-}
 
-impl Device {
     /// The IPv4 addresses in the GID table of `port` (RoCE v2 GIDs are
     /// IPv4-mapped IPv6 addresses), at most `max` of them.
     pub(crate) fn ipv4_gids(&self, port: u32, max: usize) -> Result<KVec<Ipv4Addr>> {
@@ -136,11 +133,8 @@ impl Device {
             // SAFETY: `attr` came from `rdma_get_gid_attr` and is released
             // once.
             unsafe { bindings::rdma_put_gid_attr(attr) };
-            if raw[..10].iter().all(|&b| b == 0) && raw[10] == 0xff && raw[11] == 0xff {
-                out.push(
-                    Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]),
-                    GFP_KERNEL,
-                )?;
+            if let Some(v4) = Ipv6Addr::from(raw).to_ipv4_mapped() {
+                out.push(v4, GFP_KERNEL)?;
             }
         }
         Ok(out)
