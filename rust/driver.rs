@@ -1,39 +1,104 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The driver: module state, the `iser` transport's behaviour and the
-//! per-device context. It uses only the safe layers; no `unsafe` here.
+//! The driver: module state, the `iser` transport's behaviour, the
+//! per-device context and the iSER connection (the datamover). It uses only
+//! the safe layers; no `unsafe` here.
 
 #![forbid(unsafe_code)]
 
 use crate::{
-    iscsi::{self, caps, host_param, param, Attr, Session, Transport, TransportOps},
-    proto::sizing::{self, Params},
-    rdma::{Client, ClientDriver, Device, Pd},
+    iscsi::{
+        self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, Registry, SessionLimits,
+        Task, TaskRef, Transport, TransportOps,
+    },
+    proto::{
+        iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
+        login,
+        pdu::{RxPdu, TargetOpcode, HEADERS_LEN},
+        sizing::{self, ConnSizing, Params},
+    },
+    rdma::{
+        cm::{CmEvent, CmHandler, CmId, CmIdRef},
+        conn::{
+            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, SendOp, Wc, UNSIGNALED_TAG,
+        },
+        Client, ClientDriver, Cq, Device, DeviceCaps, PollContext, Pd,
+    },
     scsi::{HostLimits, HostTemplate},
 };
-use kernel::{alloc::KBox, prelude::*, str::BStr};
+use core::{
+    net::SocketAddrV4,
+    sync::atomic::{AtomicBool, Ordering},
+};
+use kernel::{
+    alloc::{KBox, KVec},
+    new_condvar, new_mutex, new_spinlock_irq,
+    prelude::*,
+    revocable::Revocable,
+    str::BStr,
+    sync::{Arc, CondVar, Mutex, SetOnce, SpinLockIrq},
+    time::msecs_to_jiffies,
+};
 
-/// The module: the SCSI host template, the RDMA client and the registered
-/// transport, torn down in reverse order.
+/// The module: the registered transport, the RDMA client and the SCSI host
+/// template, torn down in that order.
 #[pin_data]
 pub(crate) struct Riser {
-    // Fields drop in declaration order: the transport goes first, so no
-    // session can be made once the template and devices are being released.
+    // Fields drop in declaration order: the transport (with its host
+    // template) goes first, so no session can be made once the RDMA client
+    // is being released.
     #[pin]
     transport: Transport<Iser>,
     #[pin]
     client: Client<Iser>,
-    #[pin]
-    sht: HostTemplate,
     params: Params,
 }
 
 /// The `iser` transport.
 pub(crate) struct Iser;
 
+static REGISTRY: Registry = Registry::new();
+
+/// Time allowed for address and route resolution, as ib_iser.
+const RESOLVE_TIMEOUT_MS: u32 = 1000;
+/// The login buffers' data size (libiscsi's login data limit).
+const LOGIN_DATA: usize = 8192;
+/// Largest full-feature receive of a normal session: the declared
+/// InitiatorRecvDataSegmentLength up to this (ib_iser: 128 bytes, bug 11).
+const FF_RECV_CAP: u32 = 8192;
+/// Largest receive of a discovery session (SendTargets responses).
+const DISCOVERY_RECV_CAP: u32 = 262144;
+/// Receives posted by a discovery session.
+const DISCOVERY_RECVS: u32 = 8;
+/// Data-Out header buffers per command slot.
+const DATAOUT_SLOTS_PER_CMD: u32 = 4;
+/// Commands a connection is sized for (ib_iser's ISER_DEF_XMIT_CMDS_MAX);
+/// a session asks for at most this many.
+const DEF_XMIT_CMDS_MAX: u32 = 512;
+/// ITT bits that hold the task index (libiscsi's ISCSI_ITT_MASK).
+const ITT_INDEX_MASK: u32 = 0x1fff;
+
+/// An IPv4 address and port, printable in log lines.
+struct Addr(SocketAddrV4);
+
+impl kernel::fmt::Display for Addr {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let [a, b, c, d] = self.0.ip().octets();
+        write!(f, "{}.{}.{}.{}:{}", a, b, c, d, self.0.port())
+    }
+}
+
 impl TransportOps for Iser {
     const NAME: &'static CStr = c"iser";
     const CAPS: u32 = caps::RECOVERY_L0 | caps::MULTI_R2T | caps::TEXT_NEGO;
+    type Ep = IserConn;
+    type TaskData = ();
+
+    fn registry() -> &'static Registry {
+        &REGISTRY
+    }
+
+    fn new_task_data(_index: u32) {}
 
     fn attr_visible(attr: Attr) -> bool {
         match attr {
@@ -79,30 +144,159 @@ impl TransportOps for Iser {
         }
     }
 
-    fn create_session(_cmds_max: u16, _qdepth: u16, _initial_cmdsn: u32) -> Result<Session> {
-        // Sessions need an RDMA endpoint (ep_connect), which the datapath
-        // brings; until then iscsid's requests are refused cleanly.
-        pr_err!("sessions are not supported yet: riser has no RDMA datapath in this build\n");
-        Err(EOPNOTSUPP)
+    fn session_limits(ep: Option<&Arc<IserConn>>, cmds_max: u16) -> Result<SessionLimits> {
+        // The parameter is writable at run time: read it now (bug noted
+        // when the foundation landed).
+        let params = crate::params::current()?;
+        let Some(ep) = ep else {
+            // iscsid older than 2.0-870 passes no endpoint.
+            return Ok(SessionLimits {
+                can_queue: cmds_max.min(512),
+                sg_tablesize: u16::try_from(params.sg_tablesize()).unwrap_or(u16::MAX),
+                max_sectors: params.max_sectors,
+                max_lun: params.max_lun,
+                virt_boundary_4k: true,
+            });
+        };
+        if !ep.is_up() {
+            pr_err!("session on a connection that is not up\n");
+            return Err(ENOTCONN);
+        }
+        let s = ep.res().ok_or(ENOTCONN)?.sizing;
+        Ok(SessionLimits {
+            can_queue: cmds_max.min(u16::try_from(s.max_cmds).unwrap_or(u16::MAX)),
+            sg_tablesize: u16::try_from(s.sg_tablesize).unwrap_or(u16::MAX),
+            max_sectors: params.max_sectors.min(s.max_sectors),
+            max_lun: params.max_lun,
+            virt_boundary_4k: true,
+        })
+    }
+
+    fn ep_connect(dst: SocketAddrV4) -> Result<Arc<IserConn>> {
+        IserConn::connect(dst)
+    }
+
+    fn ep_poll(ep: &Arc<IserConn>, timeout_ms: u32) -> Result<bool> {
+        ep.poll(timeout_ms)
+    }
+
+    fn ep_disconnect(ep: Arc<IserConn>) {
+        ep.terminate();
+    }
+
+    fn ep_dst(ep: &IserConn) -> Option<SocketAddrV4> {
+        Some(ep.dst)
+    }
+
+    fn ep_device(ep: &IserConn) -> Option<DeviceRef> {
+        ep.res().map(|r| r.dev.dev.clone())
+    }
+
+    fn conn_slot(ep: &IserConn) -> &ConnSlot {
+        &ep.bound
+    }
+
+    fn bind(ep: &Arc<IserConn>, conn: &Conn) -> Result {
+        if !ep.is_up() {
+            pr_err!("bind: the connection is being torn down\n");
+            return Err(EINVAL);
+        }
+        let room = ep.res().ok_or(ENOTCONN)?.tx_hdrs.len();
+        if conn.cmds_max() as usize > room {
+            pr_err!("bind: session has {} tasks, the connection {}\n", conn.cmds_max(), room);
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    fn stop(ep: &Arc<IserConn>) {
+        ep.terminate();
+    }
+
+    fn send_pdu_hook(ep: &Arc<IserConn>, hdr: &[u8; 48], data: &[u8]) -> Result {
+        if login::opcode(hdr) != login::OP_LOGIN_REQ || !login::enters_full_feature(hdr) {
+            return Ok(());
+        }
+        // The last login request: make the full-feature receives now, in
+        // process context, sized by what the initiator declares (bug 11).
+        let res = ep.res().ok_or(ENOTCONN)?;
+        let discovery = login::is_discovery(data);
+        let declared = login::declared_recv_dsl(data).unwrap_or(LOGIN_DATA as u32);
+        let (cap, count) = if discovery {
+            (DISCOVERY_RECV_CAP, DISCOVERY_RECVS)
+        } else {
+            (FF_RECV_CAP, res.sizing.max_recv_wr.saturating_sub(2).max(1))
+        };
+        let size = declared.min(cap);
+        if declared > cap {
+            pr_warn!(
+                "initiator declares receiving {} bytes per PDU; riser's full-feature receives \
+                 hold {} (a larger PDU fails the connection)\n",
+                declared,
+                size
+            );
+        }
+        drop(res);
+        let dev = ep.res().ok_or(ENOTCONN)?.dev.dev.clone();
+        let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
+        for _ in 0..count {
+            bufs.push(DmaBuf::new(&dev, HEADERS_LEN + size as usize, DmaDir::FromDevice)?, GFP_KERNEL)?;
+        }
+        let res = ep.res().ok_or(ENOTCONN)?;
+        if !res.ff_rx.populate(bufs) {
+            pr_err!("second final login request on one connection\n");
+            return Err(EPROTO);
+        }
+        Ok(())
+    }
+
+    fn init_task(ep: &IserConn, _task: &Task<'_, Self>) -> Result {
+        if !ep.is_up() {
+            return Err(ENODEV);
+        }
+        Ok(())
+    }
+
+    fn xmit_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
+        let res = ep.res().ok_or(ENODEV)?;
+        if task.is_scsi() {
+            res.send_command(task)
+        } else {
+            res.send_control(task)
+        }
+    }
+
+    fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {
+        // The MR keeps its registration state (bug 4) and the layer unmaps
+        // the data (bug 6): nothing else is held per task.
     }
 }
 
-/// What riser keeps for each RDMA device: its protection domain, shared by
-/// every connection on the device.
-pub(crate) struct DeviceContext {
-    pd: Pd,
+/// What riser keeps for each RDMA device: its PD, shared by every
+/// connection on the device, and its limits.
+pub(crate) struct DevCtx {
+    dev: DeviceRef,
+    pd: Arc<Pd>,
+    caps: DeviceCaps,
 }
 
 impl ClientDriver for Iser {
-    type Context = DeviceContext;
+    type Context = Arc<DevCtx>;
     const NAME: &'static CStr = c"riser";
 
-    fn add(dev: &Device) -> Result<KBox<DeviceContext>> {
-        let pd = Pd::new(dev)?;
-        KBox::new(DeviceContext { pd }, GFP_KERNEL).map_err(Into::into)
+    fn add(dev: &Device) -> Result<KBox<Arc<DevCtx>>> {
+        let ctx = Arc::new(
+            DevCtx {
+                dev: DeviceRef::new(dev)?,
+                pd: Arc::new(Pd::new(dev)?, GFP_KERNEL)?,
+                caps: dev.caps(),
+            },
+            GFP_KERNEL,
+        )?;
+        KBox::new(ctx, GFP_KERNEL).map_err(Into::into)
     }
 
-    fn remove(dev: &Device, ctx: &DeviceContext) {
+    fn remove(dev: &Device, ctx: &Arc<DevCtx>) {
         pr_debug!(
             "device {} going away (local_dma_lkey {:#x})\n",
             BStr::from_bytes(dev.name().as_bytes()),
@@ -111,23 +305,685 @@ impl ClientDriver for Iser {
     }
 }
 
+/// The state of an iSER connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Resolving and connecting.
+    Connecting,
+    /// Connected.
+    Up,
+    /// Connecting failed.
+    Failed,
+    /// Being torn down (or lost).
+    Terminating,
+}
+
+struct State {
+    phase: Phase,
+    /// The CM id until the QP is made on it.
+    pending: Option<CmId<IserConn>>,
+}
+
+/// An iSER connection: what an iSCSI endpoint stands for.
+#[pin_data]
+pub(crate) struct IserConn {
+    #[pin]
+    state: Mutex<State>,
+    #[pin]
+    cv: CondVar,
+    bound: ConnSlot,
+    res: SetOnce<Pin<KBox<Revocable<Res>>>>,
+    dst: SocketAddrV4,
+    params: Params,
+    /// Established and not torn down: what atomic paths check.
+    up: AtomicBool,
+    failed: AtomicBool,
+}
+
+/// The resources of a connected iSER connection. Dropping it (after the
+/// revocation that stops every fast-path user) disconnects, drains and
+/// destroys the QP (`conn` is the first field), then frees the buffers.
+#[pin_data]
+struct Res {
+    conn: Connection<IserConn>,
+    dev: Arc<DevCtx>,
+    sizing: ConnSizing,
+    login_tx: Arc<DmaBuf>,
+    login_rx: Arc<DmaBuf>,
+    /// One header buffer per task slot: command and control PDUs.
+    tx_hdrs: KVec<Arc<DmaBuf>>,
+    /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
+    dataout: KVec<Arc<DmaBuf>>,
+    #[pin]
+    dataout_free: SpinLockIrq<KVec<u32>>,
+    /// Tasks whose PDU expects no response, released when sent.
+    #[pin]
+    puts: SpinLockIrq<KVec<Option<TaskRef>>>,
+    ff_rx: SetOnce<KVec<Arc<DmaBuf>>>,
+    /// The target may invalidate our rkeys with SEND_WITH_INV.
+    remote_inv: bool,
+}
+
+/// The buffers of a connection, made before its QP.
+struct Bufs {
+    login_tx: Arc<DmaBuf>,
+    login_rx: Arc<DmaBuf>,
+    tx_hdrs: KVec<Arc<DmaBuf>>,
+    dataout: KVec<Arc<DmaBuf>>,
+    dataout_free: KVec<u32>,
+    puts: KVec<Option<TaskRef>>,
+}
+
+impl Bufs {
+    fn new(dev: &DeviceRef, cmds: u32, n_dataout: u32) -> Result<Self> {
+        let headers = |n: u32| -> Result<KVec<Arc<DmaBuf>>> {
+            let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+            for _ in 0..n {
+                v.push(DmaBuf::new(dev, HEADERS_LEN, DmaDir::ToDevice)?, GFP_KERNEL)?;
+            }
+            Ok(v)
+        };
+        let mut dataout_free = KVec::with_capacity(n_dataout as usize, GFP_KERNEL)?;
+        for i in (0..n_dataout).rev() {
+            dataout_free.push(i, GFP_KERNEL)?;
+        }
+        let mut puts = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
+        for _ in 0..cmds {
+            puts.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            login_tx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::ToDevice)?,
+            login_rx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::FromDevice)?,
+            tx_hdrs: headers(cmds)?,
+            dataout: headers(n_dataout)?,
+            dataout_free,
+            puts,
+        })
+    }
+}
+
+impl Res {
+    fn new(
+        conn: Connection<IserConn>,
+        dev: Arc<DevCtx>,
+        sizing: ConnSizing,
+        b: Bufs,
+        remote_inv: bool,
+    ) -> impl PinInit<Self> {
+        pin_init!(Res {
+            conn,
+            dev,
+            sizing,
+            login_tx: b.login_tx,
+            login_rx: b.login_rx,
+            tx_hdrs: b.tx_hdrs,
+            dataout: b.dataout,
+            dataout_free <- new_spinlock_irq!(b.dataout_free),
+            puts <- new_spinlock_irq!(b.puts),
+            ff_rx: SetOnce::default(),
+            remote_inv,
+        })
+    }
+}
+
+
+/// Send tag 0 is the login/text buffer, 1..=N the task slots, then the
+/// Data-Out headers.
+const LOGIN_TAG: u32 = 0;
+
+impl Res {
+    fn task_tag(idx: u32) -> u32 {
+        1 + idx
+    }
+
+    fn dataout_tag(&self, i: u32) -> u32 {
+        // CAST: the vectors were sized from u32 counts.
+        1 + self.tx_hdrs.len() as u32 + i
+    }
+
+    fn headers(iser: IserHeader, bhs: &[u8; 48]) -> Result<[u8; HEADERS_LEN]> {
+        let mut h = [0u8; HEADERS_LEN];
+        iser.encode(&mut h[..ISER_HDR_LEN]).map_err(|_| EINVAL)?;
+        h[ISER_HDR_LEN..].copy_from_slice(bhs);
+        Ok(h)
+    }
+
+    /// Sends a login, text, NOP-Out, TMF or logout PDU.
+    fn send_control(&self, task: &Task<'_, Iser>) -> Result {
+        let bhs = task.bhs();
+        let data = task.mgmt_data();
+        let hdrs = Self::headers(IserHeader::default(), &bhs)?;
+        let (tag, buf) = if data.is_empty() {
+            let idx = task.index();
+            (Self::task_tag(idx), self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?)
+        } else {
+            if data.len() > LOGIN_DATA {
+                return Err(EINVAL);
+            }
+            (LOGIN_TAG, &self.login_tx)
+        };
+        buf.write(0, &hdrs)?;
+        buf.write(HEADERS_LEN, data)?;
+        if login::opcode(&bhs) == login::OP_LOGIN_REQ {
+            // The large login receive is posted for every login round (bug
+            // 2); it is still posted if the previous round had no answer.
+            match self.conn.post_recv(0, &self.login_rx) {
+                Ok(()) | Err(EBUSY) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let sge = buf.sge(0, HEADERS_LEN + data.len(), self.conn.pd())?;
+        if task.reserved_itt() {
+            // No response will release this task: its send completion will.
+            let mut puts = self.puts.lock();
+            let slot = puts.get_mut(task.index() as usize).ok_or(EINVAL)?;
+            if slot.is_some() {
+                return Err(EBUSY);
+            }
+            self.conn.post_send(&[SendOp::Send {
+                tag,
+                sges: &[sge],
+                keep: Some(buf),
+            }])?;
+            *slot = Some(task.take_ref());
+            return Ok(());
+        }
+        self.conn.post_send(&[SendOp::Send {
+            tag,
+            sges: &[sge],
+            keep: Some(buf),
+        }])
+    }
+
+    /// Sends a SCSI command: registration, command PDU (with immediate
+    /// data), unsolicited Data-Outs.
+    fn send_command(&self, task: &Task<'_, Iser>) -> Result {
+        let idx = task.index();
+        let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
+        let dir = task.direction();
+        let len = task.data_len();
+        let mut iser = IserHeader::default();
+        let mut reg = None;
+        let mut inv = None;
+        match dir {
+            Direction::None => {}
+            Direction::Bidi => {
+                pr_err!("bidirectional commands are not supported over iSER\n");
+                return Err(EINVAL);
+            }
+            Direction::Read | Direction::Write => {
+                if len == 0 {
+                    return Err(EINVAL);
+                }
+                let sg = match task.mapping() {
+                    Some(sg) => sg,
+                    None => task.map_data(&self.dev.dev)?,
+                };
+                if self.conn.mr_valid(idx) {
+                    // Chain the invalidation of the MR's previous
+                    // registration, by its old key (bug 4: the state is
+                    // the MR's).
+                    inv = self.conn.mr_rkey(idx);
+                }
+                let r = self.conn.map_mr(idx, sg)?;
+                if r.len < len {
+                    return Err(EINVAL);
+                }
+                if dir == Direction::Read {
+                    iser.read = Some(StagVa { stag: r.rkey, va: r.iova });
+                } else {
+                    let unsol = task.unsol_len().min(len);
+                    if unsol < len {
+                        iser.write = Some(StagVa {
+                            stag: r.rkey,
+                            va: r.iova + u64::from(unsol),
+                        });
+                    }
+                }
+                reg = Some(r);
+            }
+        }
+        let hdrs = Self::headers(iser, &task.bhs())?;
+        hdr_buf.write(0, &hdrs)?;
+        let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
+        let imm = task.imm_count();
+        let sges;
+        let two;
+        if let (Some(r), Direction::Write, true) = (reg, dir, imm > 0) {
+            two = [head, r.sge(0, imm)?];
+            sges = &two[..];
+        } else {
+            sges = core::slice::from_ref(&head);
+        }
+        let send = SendOp::Send {
+            tag: Self::task_tag(idx),
+            sges,
+            keep: Some(hdr_buf),
+        };
+        let reg_op = |remote_write| SendOp::Reg {
+            mr: idx,
+            remote_write,
+        };
+        let remote_write = dir == Direction::Read;
+        match (inv, reg) {
+            (Some(rkey), Some(_)) => self.conn.post_send(&[
+                SendOp::LocalInv { mr: idx, rkey },
+                reg_op(remote_write),
+                send,
+            ])?,
+            (None, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send])?,
+            _ => self.conn.post_send(&[send])?,
+        }
+        if let (Some(r), Direction::Write) = (reg, dir) {
+            self.send_dataouts(task, &r)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the unsolicited Data-Out PDUs of a WRITE.
+    fn send_dataouts(&self, task: &Task<'_, Iser>, r: &crate::rdma::conn::Registration) -> Result {
+        while let Some(d) = task.next_data_out() {
+            let Some(slot) = self.dataout_free.lock().pop() else {
+                task.data_out_failed();
+                pr_err!("no Data-Out header free\n");
+                return Err(ENOMEM);
+            };
+            let buf = &self.dataout[slot as usize];
+            let hdrs = Self::headers(IserHeader::default(), &d.bhs)?;
+            let sent = buf.write(0, &hdrs).and_then(|()| {
+                let sges = [buf.sge(0, HEADERS_LEN, self.conn.pd())?, r.sge(d.offset, d.len)?];
+                self.conn.post_send(&[SendOp::Send {
+                    tag: self.dataout_tag(slot),
+                    sges: &sges,
+                    keep: Some(buf),
+                }])
+            });
+            if let Err(e) = sent {
+                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
+                task.data_out_failed();
+                return Err(e);
+            }
+            task.data_out_sent(&d);
+        }
+        Ok(())
+    }
+}
+
+impl IserConn {
+    fn connect(dst: SocketAddrV4) -> Result<Arc<Self>> {
+        let params = crate::params::current()?;
+        let c = Arc::pin_init(
+            pin_init!(IserConn {
+                state <- new_mutex!(State {
+                    phase: Phase::Connecting,
+                    pending: None,
+                }),
+                cv <- new_condvar!(),
+                bound: ConnSlot::new(),
+                res: SetOnce::default(),
+                dst,
+                params,
+                up: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(c.clone())?;
+        let mut st = c.state.lock();
+        // Resolve under the lock so the handler finds the id in place.
+        let id = st.pending.insert(id);
+        if let Err(e) = id.resolve_addr(dst, RESOLVE_TIMEOUT_MS) {
+            let id = st.pending.take();
+            drop(st);
+            drop(id);
+            pr_err!("cannot resolve {}: {:?}\n", Addr(dst), e);
+            return Err(e);
+        }
+        drop(st);
+        Ok(c)
+    }
+
+    fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    fn res(&self) -> Option<kernel::revocable::RevocableGuard<'_, Res>> {
+        self.res.as_ref()?.try_access()
+    }
+
+    fn poll(&self, timeout_ms: u32) -> Result<bool> {
+        let mut st = self.state.lock();
+        if st.phase == Phase::Connecting {
+            let _ = self
+                .cv
+                .wait_interruptible_timeout(&mut st, msecs_to_jiffies(timeout_ms));
+        }
+        match st.phase {
+            Phase::Up => Ok(true),
+            Phase::Connecting => Ok(false),
+            Phase::Failed | Phase::Terminating => Err(ENOTCONN),
+        }
+    }
+
+    /// Tears the connection down: no waiting on the network, idempotent.
+    fn terminate(&self) {
+        self.up.store(false, Ordering::Release);
+        let pending = {
+            let mut st = self.state.lock();
+            if st.phase != Phase::Failed {
+                st.phase = Phase::Terminating;
+            }
+            self.cv.notify_all();
+            st.pending.take()
+        };
+        // Destroying the id waits for its handler, which takes the state
+        // lock: done outside it.
+        drop(pending);
+        if let Some(r) = self.res.as_ref() {
+            // Waits for fast-path users, then drops the resources, which
+            // drains the QP.
+            r.revoke();
+        }
+    }
+
+    /// The connection failed under libiscsi: hand recovery to iscsid.
+    fn fail(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
+        }
+        self.bound.with(|c| c.failure());
+    }
+
+    fn route_resolved(&self, ev: &CmIdRef, st: &mut State) -> Result {
+        let id = st.pending.take().ok_or(EINVAL)?;
+        let ctx = ev
+            .device()
+            .and_then(Client::<Iser>::context_of)
+            .ok_or(ENODEV);
+        let ctx = match ctx {
+            Ok(c) => c,
+            Err(e) => {
+                st.pending = Some(id);
+                return Err(e);
+            }
+        };
+        let caps = ctx.caps;
+        let Some(sizing) = sizing::conn_sizing(
+            &self.params,
+            DEF_XMIT_CMDS_MAX,
+            caps.max_qp_wr,
+            caps.max_fast_reg_page_list_len,
+            false,
+        ) else {
+            st.pending = Some(id);
+            pr_err!("the RDMA device's limits are too small for iSER\n");
+            return Err(EINVAL);
+        };
+        let cq = match Cq::from_pool(ctx.dev.device(), sizing.cq_entries, -1, PollContext::SoftIrq) {
+            Ok(cq) => cq,
+            Err(e) => {
+                st.pending = Some(id);
+                return Err(e);
+            }
+        };
+        let n_dataout = sizing.max_cmds * DATAOUT_SLOTS_PER_CMD;
+        // Everything that can fail is made before the QP: once the QP is on
+        // the id, a failure would drop (destroy) the id inside its own
+        // handler.
+        let made = Bufs::new(&ctx.dev, sizing.max_cmds, n_dataout)
+            .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
+        let (bufs, slot) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                st.pending = Some(id);
+                pr_err!("cannot allocate the connection's buffers: {:?}\n", e);
+                return Err(e);
+            }
+        };
+        let conn_caps = ConnCaps {
+            max_send_wr: sizing.max_send_wr,
+            max_recv_wr: sizing.max_recv_wr,
+            recv_tags: sizing.max_recv_wr,
+            send_tags: 1 + sizing.max_cmds + n_dataout,
+            mrs: sizing.max_cmds,
+            pages_per_mr: sizing.pages_per_mr,
+        };
+        let conn = match Connection::new(id, ctx.pd.clone(), cq, conn_caps) {
+            Ok(c) => c,
+            Err((id, e)) => {
+                st.pending = Some(id);
+                pr_err!("cannot make the QP: {:?}\n", e);
+                return Err(e);
+            }
+        };
+        let mut private = [0u8; ISER_CM_HDR_LEN];
+        // Encoding four bytes into four bytes cannot fail.
+        let _ = CmHeader {
+            zbva_not_supported: true,
+            send_w_inv_not_supported: !self.params.always_register,
+        }
+        .encode(&mut private);
+        let rd_atom = u8::try_from(caps.max_qp_rd_atom.min(255)).unwrap_or(u8::MAX);
+        let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
+        let res = Res::new(conn, ctx, sizing, bufs, self.params.always_register);
+        let Ok(res) = slot.write_pin_init(Revocable::new(res));
+        // Populated once: this handler runs once per id for ROUTE_RESOLVED.
+        let _ = self.res.populate(res);
+        connected
+    }
+
+    /// Handles one receive (softirq): validate, hand to libiscsi, repost.
+    fn received(&self, res: &Res, tag: u32, wc: Wc) {
+        let (buf, ff) = if tag == 0 {
+            (&res.login_rx, false)
+        } else {
+            let Some(b) = res.ff_rx.as_ref().and_then(|v| v.get(tag as usize - 1)) else {
+                self.fail("receive completion for an unknown buffer");
+                return;
+            };
+            (b, true)
+        };
+        match buf.read(buf.len(), |bytes| self.deliver(res, bytes, wc)) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => self.fail(why),
+            Err(_) => self.fail("receive buffer unreadable"),
+        }
+        if ff {
+            // One repost per completion (bug 1).
+            if let Err(e) = res.conn.post_recv(tag, buf) {
+                if self.is_up() {
+                    pr_err!("cannot repost a receive: {:?}\n", e);
+                }
+            }
+        }
+    }
+
+    fn deliver(&self, res: &Res, bytes: &[u8], wc: Wc) -> core::result::Result<(), &'static str> {
+        let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
+            Ok(p) => p,
+            Err(e) => {
+                pr_err!("bad PDU from the target ({} bytes): {:?}\n", wc.byte_len, e);
+                return Err("malformed PDU");
+            }
+        };
+        if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
+            pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
+            return Err("Data-In or R2T over iSER");
+        }
+        if let Some(rkey) = wc.invalidated {
+            // Only the rkey of the task this response answers (bug 3).
+            let idx = pdu.itt & ITT_INDEX_MASK;
+            let ok = pdu.opcode == TargetOpcode::ScsiResponse
+                && res.remote_inv
+                && res.conn.mr_valid(idx)
+                && res.conn.mr_rkey(idx) == Some(rkey);
+            if !ok {
+                pr_err!(
+                    "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+                    rkey,
+                    pdu.opcode,
+                    pdu.itt
+                );
+                return Err("foreign remote invalidation");
+            }
+            res.conn.mr_invalidated(idx);
+        }
+        let mut bhs = [0u8; 48];
+        bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
+        let data = &bytes[pdu.data.clone()];
+        if pdu.opcode == TargetOpcode::LoginResponse
+            && login::login_ok(&bhs)
+            && login::enters_full_feature(&bhs)
+        {
+            // Post the full-feature receives before libiscsi sees the last
+            // login response, so the target's first PDU finds one.
+            let Some(bufs) = res.ff_rx.as_ref() else {
+                return Err("full feature phase without receive buffers");
+            };
+            for (i, b) in bufs.iter().enumerate() {
+                // CAST: the count came from a u32.
+                if res.conn.post_recv(1 + i as u32, b).is_err() {
+                    return Err("cannot post the full-feature receives");
+                }
+            }
+        }
+        match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
+            Some(Err(_)) => Err("libiscsi rejected a PDU"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl CmHandler for IserConn {
+    fn event(&self, id: &CmIdRef, event: CmEvent) {
+        let mut st = self.state.lock();
+        match event {
+            CmEvent::AddrResolved => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Err(e) = id.resolve_route(RESOLVE_TIMEOUT_MS) {
+                    pr_err!("cannot resolve the route to {}: {:?}\n", Addr(self.dst), e);
+                    st.phase = Phase::Failed;
+                    self.cv.notify_all();
+                }
+            }
+            CmEvent::RouteResolved => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Err(e) = self.route_resolved(id, &mut st) {
+                    pr_err!("cannot connect to {}: {:?}\n", Addr(self.dst), e);
+                    st.phase = Phase::Failed;
+                    self.cv.notify_all();
+                }
+            }
+            CmEvent::Established(private) => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Some(p) = private {
+                    if let Ok(h) = CmHeader::decode(&p) {
+                        pr_debug!("target CM header: {:?}\n", h);
+                    }
+                }
+                st.phase = Phase::Up;
+                self.up.store(true, Ordering::Release);
+                self.cv.notify_all();
+            }
+            CmEvent::AddrError(s)
+            | CmEvent::RouteError(s)
+            | CmEvent::Rejected(s)
+            | CmEvent::ConnectError(s)
+            | CmEvent::Unreachable(s) => {
+                pr_err!("connecting to {} failed: {:?} (status {})\n", Addr(self.dst), event, s);
+                if st.phase == Phase::Connecting {
+                    st.phase = Phase::Failed;
+                }
+                self.cv.notify_all();
+                drop(st);
+                self.fail("connection error");
+            }
+            CmEvent::Disconnected
+            | CmEvent::AddrChange
+            | CmEvent::TimewaitExit
+            | CmEvent::DeviceRemoval => {
+                let was_up = st.phase == Phase::Up;
+                self.up.store(false, Ordering::Release);
+                if st.phase == Phase::Connecting {
+                    st.phase = Phase::Failed;
+                }
+                self.cv.notify_all();
+                drop(st);
+                if was_up {
+                    self.fail(match event {
+                        CmEvent::DeviceRemoval => "RDMA device removed",
+                        CmEvent::AddrChange => "address changed",
+                        _ => "disconnected by the target",
+                    });
+                }
+            }
+            CmEvent::Other(n) => pr_debug!("CM event {} ignored\n", n),
+        }
+    }
+}
+
+impl QpHandler for IserConn {
+    fn recv_done(&self, tag: u32, wc: Wc) {
+        let Some(res) = self.res() else {
+            return;
+        };
+        if !wc.ok() {
+            if !wc.flushed() {
+                pr_err!("receive failed with status {}\n", wc.status);
+                self.fail("receive error");
+            }
+            return;
+        }
+        self.received(&res, tag, wc);
+    }
+
+    fn send_done(&self, tag: u32, wc: Wc) {
+        if !wc.ok() && !wc.flushed() {
+            pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
+            self.fail("send error");
+        }
+        if tag == UNSIGNALED_TAG {
+            return;
+        }
+        let Some(res) = self.res() else {
+            return;
+        };
+        // CAST: the vector was sized from a u32 count.
+        let cmds = res.tx_hdrs.len() as u32;
+        if tag > cmds {
+            let _ = res.dataout_free.lock().push(tag - 1 - cmds, GFP_ATOMIC);
+        } else if tag >= 1 {
+            let put = res.puts.lock().get_mut(tag as usize - 1).and_then(Option::take);
+            drop(put);
+        }
+    }
+}
+
 impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             params: crate::params::current()?,
-            sht <- HostTemplate::new_iscsi(
-                module,
-                c"iSCSI Initiator over iSER",
-                c"iscsi_iser",
-                HostLimits {
-                    max_sectors: params.max_sectors,
-                    sg_tablesize: params.sg_tablesize(),
-                    cmd_per_lun: sizing::DEF_CMD_PER_LUN,
-                    cmd_size: iscsi::cmd_size(),
-                },
-            ),
             client <- Client::new(),
-            transport <- Transport::new(module),
+            transport <- Transport::new(
+                module,
+                HostTemplate::new_iscsi(
+                    module,
+                    c"iSCSI Initiator over iSER",
+                    c"iscsi_iser",
+                    HostLimits {
+                        max_sectors: params.max_sectors,
+                        sg_tablesize: params.sg_tablesize(),
+                        cmd_per_lun: sizing::DEF_CMD_PER_LUN,
+                        cmd_size: iscsi::cmd_size(),
+                    },
+                ),
+            ),
         })
     }
 }

@@ -8,6 +8,10 @@
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
+#include <scsi/scsi_cmnd.h>
+#include <scsi/scsi_host.h>
+#include <scsi/libiscsi.h>
+#include <scsi/scsi_transport_iscsi.h>
 
 #include "riser_helpers.h"
 
@@ -46,6 +50,88 @@ struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 					void *context, int ps, int qp_type)
 {
 	return rdma_create_id(&init_net, handler, context, ps, qp_type);
+}
+
+int riser_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+		       const struct ib_send_wr **bad)
+{
+	return ib_post_send(qp, wr, bad);
+}
+
+int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+		       const struct ib_recv_wr **bad)
+{
+	return ib_post_recv(qp, wr, bad);
+}
+
+u64 riser_ib_dma_map_single(struct ib_device *dev, void *addr, size_t size, int dir)
+{
+	return ib_dma_map_single(dev, addr, size, dir);
+}
+
+int riser_ib_dma_mapping_error(struct ib_device *dev, u64 addr)
+{
+	return ib_dma_mapping_error(dev, addr);
+}
+
+void riser_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size, int dir)
+{
+	ib_dma_unmap_single(dev, addr, size, dir);
+}
+
+void riser_ib_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size, int dir)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
+}
+
+void riser_ib_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size, int dir)
+{
+	ib_dma_sync_single_for_device(dev, addr, size, dir);
+}
+
+int riser_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
+{
+	return ib_dma_map_sg(dev, sg, nents, dir);
+}
+
+void riser_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
+{
+	ib_dma_unmap_sg(dev, sg, nents, dir);
+}
+
+bool riser_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
+struct scatterlist *riser_scsi_sglist(struct scsi_cmnd *sc)
+{
+	return scsi_sglist(sc);
+}
+
+unsigned int riser_scsi_sg_count(struct scsi_cmnd *sc)
+{
+	return scsi_sg_count(sc);
+}
+
+unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc)
+{
+	return scsi_bufflen(sc);
+}
+
+struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn)
+{
+	return iscsi_conn_to_session(conn);
+}
+
+struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session)
+{
+	return iscsi_session_to_shost(session);
+}
+
+bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task)
+{
+	return iscsi_task_has_unsol_data(task);
 }
 
 void riser_kunit_skip(const char *reason)

@@ -4,11 +4,7 @@
 //! transport registration and its callback table.
 
 use crate::bindings;
-use core::{
-    marker::PhantomData,
-    ptr::{null_mut, NonNull},
-};
-use kernel::{prelude::*, types::Opaque, ThisModule};
+use kernel::prelude::*;
 
 /// Transport capability flags (`CAP_*` of scsi_transport_iscsi.h).
 pub(crate) mod caps {
@@ -105,136 +101,117 @@ pub(crate) const fn cmd_size() -> u32 {
     size as u32
 }
 
-/// An iSCSI session made by libiscsi for a transport.
-///
-/// # Invariants
-///
-/// Points to a live `iscsi_cls_session` whose ownership passes to
-/// scsi_transport_iscsi when returned from [`TransportOps::create_session`].
-pub(crate) struct Session(NonNull<bindings::iscsi_cls_session>);
+mod task;
+mod transport;
 
-/// What a transport does; the callbacks scsi_transport_iscsi makes.
-pub(crate) trait TransportOps: 'static {
+pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef};
+pub(crate) use transport::{Registry, Transport};
+
+use crate::rdma::conn::DeviceRef;
+use core::net::SocketAddrV4;
+use kernel::sync::Arc;
+
+/// Limits of a new session's SCSI host, chosen by the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionLimits {
+    /// Commands the host queues at once (`can_queue`, the session's pool).
+    pub(crate) can_queue: u16,
+    /// Scatter/gather entries per command.
+    pub(crate) sg_tablesize: u16,
+    /// Largest command, in 512-byte sectors.
+    pub(crate) max_sectors: u32,
+    /// Highest LUN scanned.
+    pub(crate) max_lun: u32,
+    /// Whether SG elements must not have gaps inside a 4 KiB page
+    /// (devices that cannot register gapped lists).
+    pub(crate) virt_boundary_4k: bool,
+}
+
+/// What a transport does; the callbacks scsi_transport_iscsi and libiscsi
+/// make. Every method has a conservative default so a test transport only
+/// fills what it uses.
+pub(crate) trait TransportOps: 'static + Sized {
     /// The transport's name, as in `/sys/class/iscsi_transport/NAME`.
     const NAME: &'static CStr;
     /// The `CAP_*` flags iscsid reads from `caps`.
     const CAPS: u32;
 
-    /// Whether sysfs shows `attr` (read-only) for this transport's hosts,
-    /// sessions and connections.
+    /// The driver's connection (what an iSCSI endpoint stands for).
+    type Ep: Send + Sync + 'static;
+    /// Per-task driver state, made once per libiscsi task slot.
+    type TaskData: Send + Sync + 'static;
+
+    /// Where the registration keeps its C objects for the callbacks.
+    fn registry() -> &'static Registry;
+
+    /// A fresh `TaskData` for task slot `index`.
+    fn new_task_data(index: u32) -> Self::TaskData;
+
+    /// Whether sysfs shows `attr` (read-only).
     fn attr_visible(attr: Attr) -> bool;
 
-    /// iscsid asks for a session with `cmds_max` commands, `qdepth` per LUN,
-    /// starting at CmdSN `initial_cmdsn`.
-    fn create_session(cmds_max: u16, qdepth: u16, initial_cmdsn: u32) -> Result<Session>;
-}
-
-/// A registered iSCSI transport.
-///
-/// # Invariants
-///
-/// `tt` is registered with scsi_transport_iscsi from `new` until `drop`.
-#[pin_data(PinnedDrop)]
-pub(crate) struct Transport<T: TransportOps> {
-    #[pin]
-    tt: Opaque<bindings::iscsi_transport>,
-    _p: PhantomData<T>,
-}
-
-// SAFETY: The registration is only handed to scsi_transport_iscsi, which
-// synchronises its use.
-unsafe impl<T: TransportOps> Send for Transport<T> {}
-// SAFETY: Shared references only read it.
-unsafe impl<T: TransportOps> Sync for Transport<T> {}
-
-impl<T: TransportOps> Transport<T> {
-    /// Registers the transport. Fails with `EEXIST` when another transport
-    /// (such as ib_iser's) already holds the name.
-    pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        try_pin_init!(Self {
-            _p: PhantomData,
-            tt <- Opaque::try_ffi_init(move |slot: *mut bindings::iscsi_transport| {
-                // SAFETY: `slot` is valid for writes; an all-zero transport
-                // is a valid value (no callbacks) that the lines below fill.
-                unsafe { core::ptr::write_bytes(slot, 0, 1) };
-                // SAFETY: `slot` is valid and initialised just above.
-                let t = unsafe { &mut *slot };
-                t.owner = module.as_ptr();
-                // The C field is not const, but scsi_transport_iscsi only
-                // reads the name.
-                t.name = T::NAME.as_char_ptr().cast_mut();
-                t.caps = T::CAPS;
-                t.attr_is_visible = Some(Self::attr_is_visible_callback);
-                t.create_session = Some(Self::create_session_callback);
-                // SAFETY: `slot` is pinned inside `Self` and unregistered in
-                // `PinnedDrop::drop` before it goes away.
-                let scsi = unsafe { bindings::iscsi_register_transport(slot) };
-                if scsi.is_null() {
-                    // scsi_transport_iscsi refuses a taken name silently.
-                    pr_err!(
-                        "cannot register iSCSI transport \"{}\": the name is taken, most \
-                         likely by ib_iser (rmmod ib_iser, then load riser again)\n",
-                        T::NAME.to_str().unwrap_or("?")
-                    );
-                    return Err(EEXIST);
-                }
-                Ok(())
-            }),
-        })
+    /// Limits for a session over `ep` asking for `cmds_max` commands.
+    fn session_limits(_ep: Option<&Arc<Self::Ep>>, _cmds_max: u16) -> Result<SessionLimits> {
+        Err(EOPNOTSUPP)
     }
 
-    /// scsi_transport_iscsi's `attr_is_visible`.
-    ///
-    /// # Safety
-    ///
-    /// Called by scsi_transport_iscsi only; it takes no pointers.
-    unsafe extern "C" fn attr_is_visible_callback(
-        param_type: c_int,
-        param: c_int,
-    ) -> bindings::umode_t {
-        let Ok(param) = u32::try_from(param) else {
-            return 0;
-        };
-        let attr = match u32::try_from(param_type) {
-            Ok(bindings::iscsi_param_type_ISCSI_HOST_PARAM) => Attr::Host(param),
-            Ok(bindings::iscsi_param_type_ISCSI_PARAM) => Attr::Param(param),
-            _ => Attr::Other,
-        };
-        if T::attr_visible(attr) {
-            // S_IRUGO: read-only for everyone.
-            0o444
-        } else {
-            0
-        }
+    /// Starts connecting to `dst`.
+    fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+        Err(EOPNOTSUPP)
     }
 
-    /// scsi_transport_iscsi's `create_session`.
-    ///
-    /// # Safety
-    ///
-    /// Called by scsi_transport_iscsi only, with `ep` null or a live endpoint.
-    unsafe extern "C" fn create_session_callback(
-        _ep: *mut bindings::iscsi_endpoint,
-        cmds_max: u16,
-        qdepth: u16,
-        initial_cmdsn: u32,
-    ) -> *mut bindings::iscsi_cls_session {
-        match T::create_session(cmds_max, qdepth, initial_cmdsn) {
-            Ok(s) => s.0.as_ptr(),
-            Err(e) => {
-                pr_err!("create_session failed: {:?}\n", e);
-                null_mut()
-            }
-        }
+    /// Waits up to `timeout_ms` for the connection: `Ok(true)` connected,
+    /// `Ok(false)` not yet, an error if it failed.
+    fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
+        Err(EOPNOTSUPP)
     }
-}
 
-#[pinned_drop]
-impl<T: TransportOps> PinnedDrop for Transport<T> {
-    fn drop(self: Pin<&mut Self>) {
-        // SAFETY: By the type invariant the transport is registered.
-        unsafe { bindings::iscsi_unregister_transport(self.tt.get()) };
+    /// iscsid drops the endpoint: tear the connection down without waiting
+    /// on the network.
+    fn ep_disconnect(_ep: Arc<Self::Ep>) {}
+
+    /// The peer address of the endpoint.
+    fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+        None
     }
+
+    /// The RDMA device of the endpoint, for the SCSI host's DMA parent.
+    fn ep_device(_ep: &Self::Ep) -> Option<DeviceRef> {
+        None
+    }
+
+    /// The slot through which the endpoint reaches its bound iSCSI
+    /// connection.
+    fn conn_slot(ep: &Self::Ep) -> &ConnSlot;
+
+    /// The iSCSI connection `conn` binds to `ep` (before the slot is set).
+    fn bind(_ep: &Arc<Self::Ep>, _conn: &Conn) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The connection stops: called before libiscsi fails its tasks; after
+    /// it returns no completion may reach libiscsi.
+    fn stop(_ep: &Arc<Self::Ep>) {}
+
+    /// iscsid sends a PDU it built (login, text, logout, NOP): `hdr` is its
+    /// BHS and `data` its data segment, seen before libiscsi queues it.
+    fn send_pdu_hook(_ep: &Arc<Self::Ep>, _hdr: &[u8; 48], _data: &[u8]) -> Result {
+        Ok(())
+    }
+
+    /// libiscsi prepares `task` (atomic context).
+    fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// libiscsi sends `task` (atomic context).
+    fn xmit_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// libiscsi is done with `task` (atomic context); the layer unmaps its
+    /// data right after.
+    fn cleanup_task(_ep: Option<&Self::Ep>, _task: &Task<'_, Self>) {}
 }
 
 #[kunit_tests(riser_iscsi)]
@@ -245,35 +222,60 @@ mod tests {
     /// A transport under a name nothing else uses, so the test can register
     /// it beside riser's own `iser`.
     struct TestTransport;
+    static REGISTRY: Registry = Registry::new();
+    static SLOT: ConnSlot = ConnSlot::new();
 
     impl TransportOps for TestTransport {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
+        type Ep = ();
+        type TaskData = ();
+
+        fn registry() -> &'static Registry {
+            &REGISTRY
+        }
+
+        fn new_task_data(_: u32) {}
 
         fn attr_visible(attr: Attr) -> bool {
             attr == Attr::Host(host_param::INITIATOR_NAME)
         }
 
-        fn create_session(_: u16, _: u16, _: u32) -> Result<Session> {
-            Err(EOPNOTSUPP)
+        fn conn_slot(_: &()) -> &ConnSlot {
+            &SLOT
         }
     }
 
-    fn module() -> &'static ThisModule {
+    fn module() -> &'static kernel::ThisModule {
         kernel::module::this_module::<crate::driver::Riser>()
+    }
+
+    fn test_template() -> impl PinInit<crate::scsi::HostTemplate> {
+        crate::scsi::HostTemplate::new_iscsi(
+            module(),
+            c"riser kunit",
+            c"riser_kunit",
+            crate::scsi::HostLimits {
+                max_sectors: 1024,
+                sg_tablesize: 128,
+                cmd_per_lun: 32,
+                cmd_size: cmd_size(),
+            },
+        )
     }
 
     #[test]
     fn a_transport_name_registers_once() -> Result {
-        let first = KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL)?;
+        let first = KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL)?;
+        assert_eq!(first.host_template().proc_name(), c"riser_kunit");
         // scsi_transport_iscsi refuses a second transport of the same name.
         assert_eq!(
-            KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL).err(),
+            KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL).err(),
             Some(EEXIST)
         );
         // Unregistering frees the name.
         drop(first);
-        let again = KBox::pin_init(Transport::<TestTransport>::new(module()), GFP_KERNEL)?;
+        let again = KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL)?;
         drop(again);
         Ok(())
     }
@@ -283,7 +285,7 @@ mod tests {
         let host = bindings::iscsi_param_type_ISCSI_HOST_PARAM as c_int;
         let param = bindings::iscsi_param_type_ISCSI_PARAM as c_int;
         let name = host_param::INITIATOR_NAME as c_int;
-        let cb = Transport::<TestTransport>::attr_is_visible_callback;
+        let cb = transport::attr_is_visible_callback::<TestTransport>;
         // SAFETY: The callback takes no pointers; any integers are valid.
         let (shown, other_kind, negative) =
             unsafe { (cb(host, name), cb(param, name), cb(host, -1)) };

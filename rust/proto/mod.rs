@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod iser;
+pub(crate) mod login;
 pub(crate) mod pdu;
 pub(crate) mod sizing;
 

@@ -23,8 +23,9 @@ pub(crate) enum CmEvent {
     RouteResolved,
     /// Route resolution failed.
     RouteError(i32),
-    /// The connection is established.
-    Established,
+    /// The connection is established; the peer's CM private data (its
+    /// first four bytes, the iSER CM header), if it sent any.
+    Established(Option<[u8; 4]>),
     /// The peer rejected the connection.
     Rejected(i32),
     /// Connecting failed.
@@ -51,7 +52,18 @@ impl CmEvent {
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR => Self::AddrError(st),
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED => Self::RouteResolved,
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR => Self::RouteError(st),
-            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => Self::Established,
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => {
+                // SAFETY: For ESTABLISHED the `conn` member of the union is
+                // the one the CM filled.
+                let conn = unsafe { ev.param.conn.as_ref() };
+                let private = (!conn.private_data.is_null() && conn.private_data_len >= 4)
+                    .then(|| {
+                        // SAFETY: The CM's private data holds at least
+                        // `private_data_len` readable bytes.
+                        unsafe { core::ptr::read_unaligned(conn.private_data.cast::<[u8; 4]>()) }
+                    });
+                Self::Established(private)
+            }
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => Self::Rejected(st),
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR => Self::ConnectError(st),
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => Self::Unreachable(st),
@@ -80,6 +92,18 @@ pub(crate) trait CmHandler: Send + Sync + 'static {
 pub(crate) struct CmIdRef(Opaque<bindings::rdma_cm_id>);
 
 impl CmIdRef {
+    pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
+        self.0.get()
+    }
+
+    /// Starts resolving the route; the outcome arrives as
+    /// [`CmEvent::RouteResolved`] or [`CmEvent::RouteError`].
+    pub(crate) fn resolve_route(&self, timeout_ms: u32) -> Result {
+        let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
+        // SAFETY: The id is live (type invariant).
+        to_result(unsafe { bindings::rdma_resolve_route(self.as_raw(), timeout) })
+    }
+
     /// The RDMA device the id is bound to, once its address resolved.
     pub(crate) fn device(&self) -> Option<&Device> {
         // Events for an id are serialised, and `device` is only set by the
@@ -167,9 +191,25 @@ impl<H: CmHandler> CmId<H> {
     /// Starts resolving the route; the outcome arrives as
     /// [`CmEvent::RouteResolved`] or [`CmEvent::RouteError`].
     pub(crate) fn resolve_route(&self, timeout_ms: u32) -> Result {
-        let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
-        // SAFETY: The id is valid (type invariant).
-        to_result(unsafe { bindings::rdma_resolve_route(self.id.as_ptr(), timeout) })
+        self.as_ref().resolve_route(timeout_ms)
+    }
+
+    /// The id, as event handlers see it.
+    pub(crate) fn as_ref(&self) -> &CmIdRef {
+        // SAFETY: The id is valid for as long as `self` (type invariant);
+        // `CmIdRef` is transparent over the C struct.
+        unsafe { &*self.id.as_ptr().cast::<CmIdRef>() }
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::rdma_cm_id {
+        self.id.as_ptr()
+    }
+
+    /// The id's context pointer (the handler `Arc` the id owns).
+    pub(crate) fn context(&self) -> *mut c_void {
+        // SAFETY: The id is valid (type invariant); its context was set at
+        // creation and never changed.
+        unsafe { (*self.id.as_ptr()).context }
     }
 
     /// The CM's event handler for ids made by [`CmId::new`].

@@ -267,6 +267,24 @@ impl<T: ClientDriver> Client<T> {
         })
     }
 
+    /// The context `add` made for `dev`, cloned.
+    pub(crate) fn context_of(dev: &Device) -> Option<T::Context>
+    where
+        T::Context: Clone,
+    {
+        let client = Self::find()?;
+        // SAFETY: `dev` is registered and `client` is registered; the data
+        // is null or the `KBox<T::Context>` stored by `add_callback`, which
+        // stays until `remove_callback`.
+        let p = unsafe { bindings::riser_ib_get_client_data(dev.as_raw(), client) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: As above; only borrowed for the clone.
+        let ctx = unsafe { <KBox<T::Context> as ForeignOwnable>::borrow(p) };
+        Some((*ctx).clone())
+    }
+
     fn raw(&self) -> *mut bindings::ib_client {
         self.client.get()
     }

@@ -9,8 +9,9 @@
 //! [`cm::CmId`]. Each owning type releases its C object when dropped.
 
 pub(crate) mod cm;
+pub(crate) mod conn;
 mod device;
 mod verbs;
 
-pub(crate) use device::{Client, ClientDriver, Device};
-pub(crate) use verbs::Pd;
+pub(crate) use device::{Client, ClientDriver, Device, DeviceCaps};
+pub(crate) use verbs::{Cq, PollContext, Pd};

@@ -73,6 +73,11 @@ impl HostTemplate {
         })
     }
 
+    /// The raw template, for libiscsi's `iscsi_host_alloc`.
+    pub(crate) fn as_raw(&self) -> *mut bindings::scsi_host_template {
+        self.sht.get()
+    }
+
     /// The template's `proc_name`.
     pub(crate) fn proc_name(&self) -> &CStr {
         // SAFETY: By the type invariant `proc_name` is a `'static` C string

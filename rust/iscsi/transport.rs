@@ -1,0 +1,743 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `iscsi_transport` registration and its C callbacks.
+
+use super::{
+    task::{TaskSlot, BHS_LEN},
+    Attr, Conn, Task, TransportOps,
+};
+use crate::{bindings, scsi::HostTemplate};
+use core::{
+    marker::PhantomData,
+    net::SocketAddrV4,
+    ptr::{null_mut, NonNull},
+    sync::atomic::{AtomicPtr, Ordering},
+};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    sync::Arc,
+    types::{ForeignOwnable, Opaque},
+    ThisModule,
+};
+
+/// The C objects a transport's callbacks need, which the callbacks (plain
+/// functions) cannot otherwise reach.
+///
+/// # Invariants
+///
+/// Non-null pointers are set by [`Transport::new`] and point to the
+/// registered transport, its SCSI transport template and its host
+/// template, valid until the [`Transport`] is dropped, which clears them
+/// after unregistering.
+pub(crate) struct Registry {
+    tt: AtomicPtr<bindings::iscsi_transport>,
+    scsi: AtomicPtr<bindings::scsi_transport_template>,
+    sht: AtomicPtr<bindings::scsi_host_template>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub(crate) const fn new() -> Self {
+        Self {
+            tt: AtomicPtr::new(null_mut()),
+            scsi: AtomicPtr::new(null_mut()),
+            sht: AtomicPtr::new(null_mut()),
+        }
+    }
+}
+
+/// A registered iSCSI transport.
+///
+/// # Invariants
+///
+/// `tt` is registered with scsi_transport_iscsi from `new` until `drop`;
+/// `sht`, the template of the sessions' hosts, is initialised before and
+/// dropped after the registration.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Transport<T: TransportOps> {
+    #[pin]
+    tt: Opaque<bindings::iscsi_transport>,
+    // After `tt`: the template outlives the registration.
+    #[pin]
+    sht: HostTemplate,
+    _p: PhantomData<T>,
+}
+
+// SAFETY: The registration is only handed to scsi_transport_iscsi, which
+// synchronises its use.
+unsafe impl<T: TransportOps> Send for Transport<T> {}
+// SAFETY: Shared references only read it.
+unsafe impl<T: TransportOps> Sync for Transport<T> {}
+
+/// The endpoint bound to an `iscsi_conn`, if any.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of a session of transport `T`.
+unsafe fn bound_ep<'a, T: TransportOps>(conn: *mut bindings::iscsi_conn) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
+    // SAFETY: The connection is live; `dd_data` holds one pointer.
+    let p = unsafe { *(*conn).dd_data.cast::<*mut c_void>() };
+    // SAFETY: A non-null pointer came from `Arc::into_foreign` at bind and
+    // is released at stop/destroy, which libiscsi orders after any callback
+    // that may use it.
+    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
+}
+
+/// The endpoint's connection, borrowed.
+///
+/// # Safety
+///
+/// `ep` must be a live endpoint made by `ep_connect_callback::<T>`.
+unsafe fn ep_borrow<'a, T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
+    // SAFETY: `dd_data` holds one pointer, set by `ep_connect_callback`.
+    let p = unsafe { *(*ep).dd_data.cast::<*mut c_void>() };
+    // SAFETY: A non-null pointer came from `Arc::into_foreign` in
+    // `ep_connect_callback` and is released only in `ep_disconnect_callback`,
+    // after which scsi_transport_iscsi makes no call with this endpoint.
+    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
+}
+
+impl<T: TransportOps> Transport<T> {
+    /// Registers the transport, whose sessions' hosts are made from `sht`.
+    /// Fails with `EEXIST` when another transport (such as ib_iser's)
+    /// already holds the name.
+    pub(crate) fn new(
+        module: &'static ThisModule,
+        sht: impl PinInit<HostTemplate>,
+    ) -> impl PinInit<Self, Error> {
+        try_pin_init!(&this in Self {
+            _p: PhantomData,
+            sht <- sht,
+            tt <- Opaque::try_ffi_init(move |slot: *mut bindings::iscsi_transport| {
+                // SAFETY: `sht` was initialised above (fields initialise in
+                // the order written) and is pinned in `this`.
+                let sht = unsafe { (*this.as_ptr()).sht.as_raw() };
+                // SAFETY: `slot` is valid for writes; an all-zero transport
+                // is a valid value (no callbacks) that the lines below fill.
+                unsafe { core::ptr::write_bytes(slot, 0, 1) };
+                // SAFETY: `slot` is valid and initialised just above.
+                let t = unsafe { &mut *slot };
+                t.owner = module.as_ptr();
+                // The C field is not const, but scsi_transport_iscsi only
+                // reads the name.
+                t.name = T::NAME.as_char_ptr().cast_mut();
+                t.caps = T::CAPS;
+                t.attr_is_visible = Some(attr_is_visible_callback::<T>);
+                t.create_session = Some(create_session_callback::<T>);
+                t.destroy_session = Some(destroy_session_callback::<T>);
+                t.create_conn = Some(create_conn_callback::<T>);
+                t.bind_conn = Some(bind_conn_callback::<T>);
+                t.unbind_conn = Some(bindings::iscsi_conn_unbind);
+                t.start_conn = Some(bindings::iscsi_conn_start);
+                t.stop_conn = Some(stop_conn_callback::<T>);
+                t.destroy_conn = Some(destroy_conn_callback::<T>);
+                t.set_param = Some(set_param_callback);
+                t.get_ep_param = Some(get_ep_param_callback::<T>);
+                t.get_conn_param = Some(bindings::iscsi_conn_get_param);
+                t.get_session_param = Some(bindings::iscsi_session_get_param);
+                t.get_host_param = Some(bindings::iscsi_host_get_param);
+                t.send_pdu = Some(send_pdu_callback::<T>);
+                t.get_stats = Some(get_stats_callback);
+                t.init_task = Some(init_task_callback::<T>);
+                t.xmit_task = Some(xmit_task_callback::<T>);
+                t.cleanup_task = Some(cleanup_task_callback::<T>);
+                t.alloc_pdu = Some(alloc_pdu_callback::<T>);
+                t.session_recovery_timedout = Some(bindings::iscsi_session_recovery_timedout);
+                t.ep_connect = Some(ep_connect_callback::<T>);
+                t.ep_poll = Some(ep_poll_callback::<T>);
+                t.ep_disconnect = Some(ep_disconnect_callback::<T>);
+                let reg = T::registry();
+                reg.sht.store(sht, Ordering::Release);
+                reg.tt.store(slot, Ordering::Release);
+                // SAFETY: `slot` is pinned inside `Self` and unregistered in
+                // `PinnedDrop::drop` before it goes away.
+                let scsi = unsafe { bindings::iscsi_register_transport(slot) };
+                if scsi.is_null() {
+                    reg.tt.store(null_mut(), Ordering::Release);
+                    reg.sht.store(null_mut(), Ordering::Release);
+                    // scsi_transport_iscsi refuses a taken name silently.
+                    pr_err!(
+                        "cannot register iSCSI transport \"{}\": the name is taken, most \
+                         likely by ib_iser (rmmod ib_iser, then load riser again)\n",
+                        T::NAME.to_str().unwrap_or("?")
+                    );
+                    return Err(EEXIST);
+                }
+                reg.scsi.store(scsi, Ordering::Release);
+                Ok(())
+            }),
+        })
+    }
+}
+
+impl<T: TransportOps> Transport<T> {
+    /// The host template of the sessions' hosts.
+    pub(crate) fn host_template(&self) -> &HostTemplate {
+        &self.sht
+    }
+}
+
+#[pinned_drop]
+impl<T: TransportOps> PinnedDrop for Transport<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: By the type invariant the transport is registered.
+        unsafe { bindings::iscsi_unregister_transport(self.tt.get()) };
+        let reg = T::registry();
+        reg.scsi.store(null_mut(), Ordering::Release);
+        reg.tt.store(null_mut(), Ordering::Release);
+        reg.sht.store(null_mut(), Ordering::Release);
+    }
+}
+
+/// scsi_transport_iscsi's `attr_is_visible`.
+///
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only; it takes no pointers.
+pub(super) unsafe extern "C" fn attr_is_visible_callback<T: TransportOps>(
+    param_type: c_int,
+    param: c_int,
+) -> bindings::umode_t {
+    let Ok(param) = u32::try_from(param) else {
+        return 0;
+    };
+    let attr = match u32::try_from(param_type) {
+        Ok(bindings::iscsi_param_type_ISCSI_HOST_PARAM) => Attr::Host(param),
+        Ok(bindings::iscsi_param_type_ISCSI_PARAM) => Attr::Param(param),
+        _ => Attr::Other,
+    };
+    if T::attr_visible(attr) {
+        // S_IRUGO: read-only for everyone.
+        0o444
+    } else {
+        0
+    }
+}
+
+/// The `iscsi_session` of a class session.
+///
+/// # Safety
+///
+/// `cls` must be a live session made by libiscsi.
+unsafe fn session_of(cls: *mut bindings::iscsi_cls_session) -> *mut bindings::iscsi_session {
+    // SAFETY: libiscsi's class sessions carry the `iscsi_session` as dd_data.
+    unsafe { (*cls).dd_data.cast() }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with `ep` null or a live endpoint.
+unsafe extern "C" fn create_session_callback<T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+    cmds_max: u16,
+    qdepth: u16,
+    initial_cmdsn: u32,
+) -> *mut bindings::iscsi_cls_session {
+    // SAFETY: `ep` is null or live (function contract).
+    let ep = if ep.is_null() { None } else { unsafe { ep_borrow::<T>(ep) } };
+    let ep: Option<Arc<T::Ep>> = ep.map(Into::into);
+    match create_session::<T>(ep.as_ref(), cmds_max, qdepth, initial_cmdsn) {
+        Ok(s) => s.as_ptr(),
+        Err(e) => {
+            pr_err!("cannot create a session: {:?}\n", e);
+            null_mut()
+        }
+    }
+}
+
+fn create_session<T: TransportOps>(
+    ep: Option<&Arc<T::Ep>>,
+    cmds_max: u16,
+    qdepth: u16,
+    initial_cmdsn: u32,
+) -> Result<NonNull<bindings::iscsi_cls_session>> {
+    let reg = T::registry();
+    let (sht, tt, scsi) = (
+        reg.sht.load(Ordering::Acquire),
+        reg.tt.load(Ordering::Acquire),
+        reg.scsi.load(Ordering::Acquire),
+    );
+    if sht.is_null() || tt.is_null() || scsi.is_null() {
+        return Err(ENODEV);
+    }
+    let lim = T::session_limits(ep, cmds_max)?;
+    let dev = ep.and_then(|e| T::ep_device(e));
+    // SAFETY: `sht` is the registered transport's live host template
+    // (invariant of `Registry`); no transmit workqueue (atomic xmit).
+    let shost = unsafe { bindings::iscsi_host_alloc(sht, 0, false) };
+    let shost = NonNull::new(shost).ok_or(ENOMEM)?;
+    let sh = shost.as_ptr();
+    // SAFETY: `sh` is a new host, not yet added, owned here.
+    unsafe {
+        (*sh).transportt = scsi;
+        (*sh).cmd_per_lun = i16::try_from(qdepth).unwrap_or(i16::MAX);
+        (*sh).max_lun = u64::from(lim.max_lun);
+        (*sh).max_id = 0;
+        (*sh).max_channel = 0;
+        (*sh).max_cmd_len = 16;
+        (*sh).can_queue = c_int::from(lim.can_queue);
+        (*sh).sg_tablesize = lim.sg_tablesize;
+        (*sh).max_sectors = lim.max_sectors;
+        if lim.virt_boundary_4k {
+            (*sh).virt_boundary_mask = 4096 - 1;
+        }
+    }
+    let parent = match &dev {
+        // SAFETY: The device is referenced by `dev`; its embedded `struct
+        // device`'s parent is set at registration.
+        Some(d) => unsafe { (*d.device().as_raw()).__bindgen_anon_1.dev.as_ref().parent },
+        None => null_mut(),
+    };
+    // SAFETY: `sh` is a valid new host; `parent` is null or a live device.
+    if let Err(e) = to_result(unsafe { bindings::iscsi_host_add(sh, parent) }) {
+        // SAFETY: The host was allocated above and not added.
+        unsafe { bindings::iscsi_host_free(sh) };
+        return Err(e);
+    }
+    let slot_size = c_int::try_from(size_of::<TaskSlot<T>>())?;
+    // SAFETY: `tt` is the registered transport; `sh` an added host.
+    let cls = unsafe {
+        bindings::iscsi_session_setup(tt, sh, lim.can_queue, 0, slot_size, initial_cmdsn, 0)
+    };
+    let Some(cls) = NonNull::new(cls) else {
+        // SAFETY: The host was added above and has no session.
+        unsafe {
+            bindings::iscsi_host_remove(sh, false);
+            bindings::iscsi_host_free(sh);
+        }
+        return Err(ENOMEM);
+    };
+    // SAFETY: The session was just set up: `cmds` holds `cmds_max` tasks
+    // whose `dd_data` areas are `slot_size` bytes, not yet used.
+    unsafe {
+        let s = session_of(cls.as_ptr());
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
+            slot.write(TaskSlot {
+                hdr: Default::default(),
+                sg: None,
+                data: T::new_task_data(i),
+            });
+        }
+    }
+    Ok(cls)
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a session made by
+/// `create_session_callback::<T>`.
+unsafe extern "C" fn destroy_session_callback<T: TransportOps>(cls: *mut bindings::iscsi_cls_session) {
+    // SAFETY: The session is live and was made by `create_session`, which
+    // initialised every task slot; libiscsi uses no task any more.
+    unsafe {
+        let sh = bindings::riser_iscsi_session_to_shost(cls);
+        let s = session_of(cls);
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            core::ptr::drop_in_place((*task).dd_data.cast::<TaskSlot<T>>());
+        }
+        bindings::iscsi_session_teardown(cls);
+        bindings::iscsi_host_remove(sh, false);
+        bindings::iscsi_host_free(sh);
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live session.
+unsafe extern "C" fn create_conn_callback<T: TransportOps>(
+    cls: *mut bindings::iscsi_cls_session,
+    cid: u32,
+) -> *mut bindings::iscsi_cls_conn {
+    // SAFETY: The session is live; the connection's dd_data holds one
+    // pointer (the bound endpoint), zeroed by libiscsi.
+    unsafe { bindings::iscsi_conn_setup(cls, size_of::<*mut c_void>() as c_int, cid) }
+}
+
+/// The `iscsi_conn` of a class connection.
+///
+/// # Safety
+///
+/// `cls` must be a live connection made by libiscsi.
+unsafe fn conn_of(cls: *mut bindings::iscsi_cls_conn) -> *mut bindings::iscsi_conn {
+    // SAFETY: libiscsi's class connections carry the `iscsi_conn` as dd_data.
+    unsafe { (*cls).dd_data.cast() }
+}
+
+/// Releases the endpoint bound to `conn`, if any, clearing the slots.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of transport `T` whose paths that read
+/// the binding have stopped.
+unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn) {
+    // SAFETY: The connection is live; dd_data holds one pointer.
+    let pp = unsafe { (*conn).dd_data.cast::<*mut c_void>() };
+    // SAFETY: As above.
+    let p = unsafe { core::ptr::replace(pp, null_mut()) };
+    if !p.is_null() {
+        // SAFETY: `p` came from `into_foreign` at bind and is released once.
+        let ep = unsafe { Arc::<T::Ep>::from_foreign(p) };
+        T::conn_slot(&ep).set(null_mut());
+        drop(ep);
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live session and connection.
+unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
+    cls_session: *mut bindings::iscsi_cls_session,
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    handle: u64,
+    is_leading: c_int,
+) -> c_int {
+    // SAFETY: Both are live (function contract).
+    let r = unsafe { bindings::iscsi_conn_bind(cls_session, cls_conn, is_leading) };
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: The handle comes from userspace; the lookup checks it and
+    // takes a reference on the endpoint.
+    let ep = unsafe { bindings::iscsi_lookup_endpoint(handle) };
+    if ep.is_null() {
+        pr_err!("bind: no endpoint with handle {:#x}\n", handle);
+        return EINVAL.to_errno();
+    }
+    // SAFETY: A live endpoint of this transport (the lookup's reference).
+    let r = match unsafe { ep_borrow::<T>(ep) } {
+        Some(e) => {
+            let e: Arc<T::Ep> = e.into();
+            // SAFETY: `cls_conn` is live and now bound to the session.
+            let conn = unsafe { conn_of(cls_conn) };
+            // SAFETY: As above.
+            let Some(c) = (unsafe { Conn::from_raw(conn) }) else {
+                // SAFETY: Releases the lookup's reference.
+                unsafe { bindings::iscsi_put_endpoint(ep) };
+                return EINVAL.to_errno();
+            };
+            match T::bind(&e, &c) {
+                Ok(()) => {
+                    // SAFETY: The connection is live; replace any earlier
+                    // binding (a rebind without stop) cleanly.
+                    unsafe { unbind_ep::<T>(conn) };
+                    T::conn_slot(&e).set(conn);
+                    // SAFETY: dd_data holds one pointer.
+                    unsafe { *(*conn).dd_data.cast::<*mut c_void>() = e.into_foreign() };
+                    0
+                }
+                Err(err) => err.to_errno(),
+            }
+        }
+        None => EINVAL.to_errno(),
+    };
+    // SAFETY: Releases the lookup's reference.
+    unsafe { bindings::iscsi_put_endpoint(ep) };
+    r
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection.
+unsafe extern "C" fn stop_conn_callback<T: TransportOps>(cls_conn: *mut bindings::iscsi_cls_conn, flag: c_int) {
+    // SAFETY: The connection is live.
+    let conn = unsafe { conn_of(cls_conn) };
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
+        let ep: Arc<T::Ep> = ep.into();
+        // The driver stops its completions and CM paths first.
+        T::stop(&ep);
+    }
+    // SAFETY: The connection is live; libiscsi fails its tasks, calling
+    // `cleanup_task` with the binding still in place.
+    unsafe { bindings::iscsi_conn_stop(cls_conn, flag) };
+    // SAFETY: Nothing reads the binding any more.
+    unsafe { unbind_ep::<T>(conn) };
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live, stopped connection.
+unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(cls_conn: *mut bindings::iscsi_cls_conn) {
+    // SAFETY: The connection is live; a binding left without stop is
+    // released before libiscsi frees the connection.
+    unsafe {
+        unbind_ep::<T>(conn_of(cls_conn));
+        bindings::iscsi_conn_teardown(cls_conn);
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection and a
+/// NUL-terminated `buf` of `buflen` bytes.
+unsafe extern "C" fn set_param_callback(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    param: bindings::iscsi_param,
+    buf: *mut c_char,
+    buflen: c_int,
+) -> c_int {
+    let must_be_off = matches!(
+        param,
+        bindings::iscsi_param_ISCSI_PARAM_HDRDGST_EN
+            | bindings::iscsi_param_ISCSI_PARAM_DATADGST_EN
+            | bindings::iscsi_param_ISCSI_PARAM_IFMARKER_EN
+            | bindings::iscsi_param_ISCSI_PARAM_OFMARKER_EN
+    );
+    if must_be_off {
+        // SAFETY: `buf` is a NUL-terminated string (function contract).
+        let v = unsafe { CStr::from_char_ptr(buf) };
+        let on = v.to_bytes().first().is_some_and(|&c| c != b'0');
+        if on {
+            pr_err!(
+                "iSER forbids digests and markers, but parameter {} was negotiated on ({})\n",
+                param,
+                v.to_str().unwrap_or("?")
+            );
+            return EPROTO.to_errno();
+        }
+        return 0;
+    }
+    // SAFETY: Forwarded unchanged (function contract).
+    unsafe { bindings::iscsi_set_param(cls_conn, param, buf, buflen) }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live endpoint and a page
+/// `buf`.
+unsafe extern "C" fn get_ep_param_callback<T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+    param: bindings::iscsi_param,
+    buf: *mut c_char,
+) -> c_int {
+    if param != bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS
+        && param != bindings::iscsi_param_ISCSI_PARAM_CONN_PORT
+    {
+        return ENOSYS.to_errno();
+    }
+    // SAFETY: A live endpoint of this transport.
+    let Some(dst) = (unsafe { ep_borrow::<T>(ep) }).and_then(|e| T::ep_dst(&e)) else {
+        return ENOTCONN.to_errno();
+    };
+    let mut ss = storage_of(dst);
+    // SAFETY: `ss` is a valid IPv4 address; `buf` a page (contract).
+    unsafe { bindings::iscsi_conn_get_addr_param(&mut ss, param, buf) }
+}
+
+fn storage_of(a: SocketAddrV4) -> bindings::__kernel_sockaddr_storage {
+    let sin = bindings::sockaddr_in {
+        // CAST: AF_INET fits the family type.
+        sin_family: bindings::AF_INET as bindings::__kernel_sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: bindings::in_addr {
+            s_addr: u32::from_ne_bytes(a.ip().octets()),
+        },
+        ..Default::default()
+    };
+    let mut ss = bindings::__kernel_sockaddr_storage::default();
+    // SAFETY: A `sockaddr_in` fits in a `sockaddr_storage`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            (&raw const sin).cast::<u8>(),
+            (&raw mut ss).cast::<u8>(),
+            size_of::<bindings::sockaddr_in>(),
+        )
+    };
+    ss
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection, a BHS and
+/// `data_size` bytes at `data`.
+unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    hdr: *mut bindings::iscsi_hdr,
+    data: *mut c_char,
+    data_size: u32,
+) -> c_int {
+    // SAFETY: The connection is live (contract).
+    let conn = unsafe { conn_of(cls_conn) };
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
+        // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
+        let (h, d) = unsafe {
+            (
+                core::ptr::read(hdr.cast::<[u8; BHS_LEN]>()),
+                if data.is_null() || data_size == 0 {
+                    &[][..]
+                } else {
+                    core::slice::from_raw_parts(data.cast::<u8>(), data_size as usize)
+                },
+            )
+        };
+        let ep: Arc<T::Ep> = ep.into();
+        if let Err(e) = T::send_pdu_hook(&ep, &h, d) {
+            return e.to_errno();
+        }
+    }
+    // SAFETY: Forwarded unchanged (contract).
+    unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection.
+unsafe extern "C" fn get_stats_callback(cls_conn: *mut bindings::iscsi_cls_conn, stats: *mut bindings::iscsi_stats) {
+    // SAFETY: Both are live (contract); the counters are plain reads.
+    unsafe {
+        let c = &*conn_of(cls_conn);
+        let s = &mut *stats;
+        s.txdata_octets = c.txdata_octets;
+        s.rxdata_octets = c.rxdata_octets;
+        s.scsicmd_pdus = c.scsicmd_pdus_cnt;
+        s.dataout_pdus = c.dataout_pdus_cnt;
+        s.scsirsp_pdus = c.scsirsp_pdus_cnt;
+        s.datain_pdus = c.datain_pdus_cnt;
+        s.r2t_pdus = c.r2t_pdus_cnt;
+        s.tmfcmd_pdus = c.tmfcmd_pdus_cnt;
+        s.tmfrsp_pdus = c.tmfrsp_pdus_cnt.unsigned_abs();
+        s.custom_length = 0;
+    }
+}
+
+/// # Safety
+///
+/// Called by libiscsi only, with a live task of a session of `T`.
+unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(task: *mut bindings::iscsi_task, _opcode: u8) -> c_int {
+    // SAFETY: The task's dd_data holds its slot (made at session creation);
+    // the header lives there for the session's life.
+    unsafe {
+        let slot = (*task).dd_data.cast::<TaskSlot<T>>();
+        (*task).hdr = &raw mut (*slot).hdr;
+        // CAST: a BHS is 48 bytes.
+        (*task).hdr_max = BHS_LEN as u16;
+    }
+    0
+}
+
+/// # Safety
+///
+/// Called by libiscsi only, with a live task of a session of `T`.
+unsafe extern "C" fn init_task_callback<T: TransportOps>(task: *mut bindings::iscsi_task) -> c_int {
+    // SAFETY: The task is live; its connection is set.
+    let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
+        return ENODEV.to_errno();
+    };
+    // SAFETY: The task satisfies `Task`'s invariant during the callback.
+    let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
+        return EINVAL.to_errno();
+    };
+    match T::init_task(&ep, &t) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by libiscsi only, with a live task of a session of `T`.
+unsafe extern "C" fn xmit_task_callback<T: TransportOps>(task: *mut bindings::iscsi_task) -> c_int {
+    // SAFETY: As in `init_task_callback`.
+    let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
+        return ENODEV.to_errno();
+    };
+    // SAFETY: As in `init_task_callback`.
+    let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
+        return EINVAL.to_errno();
+    };
+    match T::xmit_task(&ep, &t) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by libiscsi only, with a live task of a session of `T`.
+unsafe extern "C" fn cleanup_task_callback<T: TransportOps>(task: *mut bindings::iscsi_task) {
+    // SAFETY: As in `init_task_callback`; the binding may be gone.
+    let ep = unsafe { bound_ep::<T>((*task).conn) };
+    // SAFETY: As in `init_task_callback`.
+    if let Some(t) = unsafe { Task::<T>::from_raw(task) } {
+        T::cleanup_task(ep.as_deref(), &t);
+        // Whatever the driver did, the data is unmapped now (bug 6).
+        t.unmap_data();
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only; `dst` is a socket address.
+unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
+    _shost: *mut bindings::Scsi_Host,
+    dst: *mut bindings::sockaddr,
+    _non_blocking: c_int,
+) -> *mut bindings::iscsi_endpoint {
+    // SAFETY: `dst` is a socket address from netlink, at least a
+    // `sockaddr_storage` in size.
+    let addr = unsafe { crate::rdma::conn::sockaddr_v4(&*dst.cast::<bindings::__kernel_sockaddr_storage>()) };
+    let Some(addr) = addr else {
+        pr_err!("ep_connect: only IPv4 portals are supported\n");
+        return ERR_PTR(EAFNOSUPPORT);
+    };
+    // SAFETY: Allocates an endpoint with room for one pointer.
+    let ep = unsafe { bindings::iscsi_create_endpoint(size_of::<*mut c_void>() as c_int) };
+    if ep.is_null() {
+        return ERR_PTR(ENOMEM);
+    }
+    match T::ep_connect(addr) {
+        Ok(e) => {
+            // SAFETY: The endpoint is new; dd_data holds one pointer.
+            unsafe { *(*ep).dd_data.cast::<*mut c_void>() = e.into_foreign() };
+            ep
+        }
+        Err(err) => {
+            // SAFETY: The endpoint is new and unused.
+            unsafe { bindings::iscsi_destroy_endpoint(ep) };
+            ERR_PTR(err)
+        }
+    }
+}
+
+#[allow(non_snake_case)]
+fn ERR_PTR<T>(e: Error) -> *mut T {
+    // CAST: error pointers encode the negative errno in the address.
+    e.to_errno() as isize as *mut T
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live endpoint.
+unsafe extern "C" fn ep_poll_callback<T: TransportOps>(ep: *mut bindings::iscsi_endpoint, timeout_ms: c_int) -> c_int {
+    // SAFETY: A live endpoint of this transport.
+    let Some(e) = (unsafe { ep_borrow::<T>(ep) }) else {
+        return -1;
+    };
+    let e: Arc<T::Ep> = e.into();
+    match T::ep_poll(&e, timeout_ms.unsigned_abs()) {
+        Ok(true) => 1,
+        Ok(false) => 0,
+        Err(_) => -1,
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live endpoint, once.
+unsafe extern "C" fn ep_disconnect_callback<T: TransportOps>(ep: *mut bindings::iscsi_endpoint) {
+    // SAFETY: The endpoint is live; its dd_data pointer is taken once.
+    let p = unsafe { core::ptr::replace((*ep).dd_data.cast::<*mut c_void>(), null_mut()) };
+    if !p.is_null() {
+        // SAFETY: `p` came from `into_foreign` in `ep_connect_callback`.
+        T::ep_disconnect(unsafe { Arc::<T::Ep>::from_foreign(p) });
+    }
+    // SAFETY: The endpoint is live and not used after this.
+    unsafe { bindings::iscsi_destroy_endpoint(ep) };
+}

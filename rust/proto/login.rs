@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What riser reads from login PDUs: the stage transition of a Login
+//! Request or Response (RFC 7143, 11.12 and 11.13) and the text keys that
+//! size its receive buffers (RFC 7145, 6.1: InitiatorRecvDataSegmentLength;
+//! RFC 7143: MaxRecvDataSegmentLength for discovery sessions).
+
+#![forbid(unsafe_code)]
+
+/// Login Request opcode (with the immediate bit).
+pub(crate) const OP_LOGIN_REQ: u8 = 0x03;
+/// Login Response opcode.
+pub(crate) const OP_LOGIN_RSP: u8 = 0x23;
+/// Text Request opcode.
+pub(crate) const OP_TEXT_REQ: u8 = 0x04;
+/// Stage number of the full feature phase.
+pub(crate) const FULL_FEATURE: u8 = 3;
+
+/// The stage fields of a login PDU's BHS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stage {
+    /// The transit bit.
+    pub(crate) transit: bool,
+    /// Current stage.
+    pub(crate) csg: u8,
+    /// Next stage (meaningful with the transit bit).
+    pub(crate) nsg: u8,
+}
+
+/// The opcode of a BHS, without the immediate bit.
+pub(crate) fn opcode(bhs: &[u8; 48]) -> u8 {
+    bhs[0] & 0x3f
+}
+
+/// The stage fields of a Login Request or Response BHS, or `None` for
+/// another opcode.
+pub(crate) fn stage(bhs: &[u8; 48]) -> Option<Stage> {
+    let op = opcode(bhs);
+    if op != OP_LOGIN_REQ && op != OP_LOGIN_RSP {
+        return None;
+    }
+    let f = bhs[1];
+    Some(Stage {
+        transit: f & 0x80 != 0,
+        csg: (f >> 2) & 3,
+        nsg: f & 3,
+    })
+}
+
+/// Whether the PDU moves the connection to the full feature phase.
+pub(crate) fn enters_full_feature(bhs: &[u8; 48]) -> bool {
+    stage(bhs).is_some_and(|s| s.transit && s.nsg == FULL_FEATURE)
+}
+
+/// Whether a Login Response reports success (status class 0).
+pub(crate) fn login_ok(bhs: &[u8; 48]) -> bool {
+    opcode(bhs) == OP_LOGIN_RSP && bhs[36] == 0
+}
+
+/// The value of `key` in a text segment (`key=value` pairs, each ended by
+/// a NUL), the last one if repeated.
+pub(crate) fn key<'a>(text: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    let mut found = None;
+    for pair in text.split(|&b| b == 0) {
+        let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        if &pair[..eq] == key.as_bytes() {
+            found = Some(&pair[eq + 1..]);
+        }
+    }
+    found
+}
+
+/// A decimal (or 0x hexadecimal) number of a text key's value, as RFC 7143
+/// section 6.1 writes them.
+pub(crate) fn number(v: &[u8]) -> Option<u32> {
+    let (digits, radix) = match v {
+        [b'0', b'x' | b'X', rest @ ..] => (rest, 16),
+        _ => (v, 10),
+    };
+    if digits.is_empty() || digits.len() > 10 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        let x = char::from(d).to_digit(radix)?;
+        n = n * u64::from(radix) + u64::from(x);
+    }
+    u32::try_from(n).ok()
+}
+
+/// What the initiator declared it receives per PDU in the full feature
+/// phase: InitiatorRecvDataSegmentLength (normal iSER sessions) or
+/// MaxRecvDataSegmentLength (discovery), if the text declares one.
+pub(crate) fn declared_recv_dsl(text: &[u8]) -> Option<u32> {
+    key(text, "InitiatorRecvDataSegmentLength")
+        .or_else(|| key(text, "MaxRecvDataSegmentLength"))
+        .and_then(number)
+}
+
+/// Whether the text asks for a discovery session.
+pub(crate) fn is_discovery(text: &[u8]) -> bool {
+    key(text, "SessionType") == Some(b"Discovery")
+}
+
+#[cfg(MODULE)]
+use kernel::prelude::kunit_tests;
+
+#[cfg_attr(MODULE, kunit_tests(riser_proto_login))]
+#[cfg_attr(not(MODULE), cfg(test))]
+mod tests {
+    use super::*;
+
+    fn bhs(op: u8, flags: u8) -> [u8; 48] {
+        let mut b = [0u8; 48];
+        b[0] = op;
+        b[1] = flags;
+        b
+    }
+
+    #[test]
+    fn stage_fields_decode() {
+        // Immediate bit, T=1, CSG=1 (operational), NSG=3 (full feature).
+        let b = bhs(0x40 | OP_LOGIN_REQ, 0x80 | (1 << 2) | 3);
+        assert_eq!(stage(&b), Some(Stage { transit: true, csg: 1, nsg: 3 }));
+        assert!(enters_full_feature(&b));
+        // No transit: stays in its stage whatever NSG says.
+        assert!(!enters_full_feature(&bhs(OP_LOGIN_REQ, (1 << 2) | 3)));
+        // Security to operational.
+        assert!(!enters_full_feature(&bhs(OP_LOGIN_RSP, 0x80 | 1)));
+        // Not a login PDU.
+        assert_eq!(stage(&bhs(OP_TEXT_REQ, 0x80 | 3)), None);
+    }
+
+    #[test]
+    fn login_status_is_read_from_byte_36() {
+        let mut b = bhs(OP_LOGIN_RSP, 0x87);
+        assert!(login_ok(&b));
+        b[36] = 2; // initiator error
+        assert!(!login_ok(&b));
+        assert!(!login_ok(&bhs(OP_LOGIN_REQ, 0x87)));
+    }
+
+    #[test]
+    fn keys_are_found_in_nul_separated_text() {
+        let t = b"InitiatorName=iqn.x\0SessionType=Discovery\0MaxRecvDataSegmentLength=32768\0";
+        assert_eq!(key(t, "SessionType"), Some(&b"Discovery"[..]));
+        assert!(is_discovery(t));
+        assert_eq!(declared_recv_dsl(t), Some(32768));
+        // A key that is a prefix of another is not confused with it.
+        assert_eq!(key(t, "Session"), None);
+        // Missing final NUL, repeated key: the last value counts.
+        let t = b"InitiatorRecvDataSegmentLength=8192\0InitiatorRecvDataSegmentLength=262144";
+        assert_eq!(declared_recv_dsl(t), Some(262144));
+        assert!(!is_discovery(t));
+    }
+
+    #[test]
+    fn iser_key_wins_over_the_generic_one() {
+        let t = b"MaxRecvDataSegmentLength=65536\0InitiatorRecvDataSegmentLength=4096\0";
+        assert_eq!(declared_recv_dsl(t), Some(4096));
+    }
+
+    #[test]
+    fn numbers_reject_garbage_and_overflow() {
+        assert_eq!(number(b"262144"), Some(262144));
+        assert_eq!(number(b"0x2000"), Some(8192));
+        assert_eq!(number(b""), None);
+        assert_eq!(number(b"0x"), None);
+        assert_eq!(number(b"12a"), None);
+        assert_eq!(number(b"-1"), None);
+        assert_eq!(number(b"4294967296"), None);
+        assert_eq!(number(b"99999999999"), None);
+        assert_eq!(declared_recv_dsl(b"InitiatorRecvDataSegmentLength=x\0"), None);
+    }
+}

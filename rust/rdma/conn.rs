@@ -1,0 +1,912 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A connected RDMA queue pair and the memory its work requests point to:
+//! device references, DMA-mapped buffers and scatterlists, fast-registration
+//! memory regions, work request posting and completion dispatch.
+//!
+//! Lifetimes are structural: a [`Connection`] owns its CM id, QP, CQ, MRs
+//! and completion tags, and destroys the QP before anything a work request
+//! may name; a buffer given to a posted work request is kept alive by the
+//! work request's tag until its completion (or the QP's destruction).
+
+use super::{
+    cm::{CmHandler, CmId, CmIdRef},
+    Cq, Device, Pd,
+};
+use crate::bindings;
+use core::{
+    net::{Ipv4Addr, SocketAddrV4},
+    ptr::{null_mut, NonNull},
+    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
+};
+use kernel::{alloc::KVec, error::to_result, prelude::*, sync::Arc, types::ForeignOwnable};
+
+/// A counted reference on an RDMA device: the device stays registered (its
+/// unregistration waits) until every reference is dropped.
+///
+/// # Invariants
+///
+/// `ptr` points to an `ib_device` on which this value holds one reference
+/// taken with `ib_device_try_get`.
+pub(crate) struct DeviceRef {
+    ptr: NonNull<bindings::ib_device>,
+}
+
+// SAFETY: A device reference may be used and released from any thread.
+unsafe impl Send for DeviceRef {}
+// SAFETY: Shared references only read the device.
+unsafe impl Sync for DeviceRef {}
+
+impl DeviceRef {
+    /// Takes a reference on `dev`; fails with `ENODEV` once the device is
+    /// being unregistered.
+    pub(crate) fn new(dev: &Device) -> Result<Self> {
+        // SAFETY: `dev` is a registered device (type invariant of `Device`).
+        if !unsafe { bindings::riser_ib_device_try_get(dev.as_raw()) } {
+            return Err(ENODEV);
+        }
+        // INVARIANT: the reference was taken just above.
+        Ok(Self {
+            ptr: NonNull::new(dev.as_raw()).ok_or(ENODEV)?,
+        })
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: The reference keeps the device valid (type invariant).
+        unsafe { Device::from_raw(self.ptr.as_ptr()) }
+    }
+
+    fn raw(&self) -> *mut bindings::ib_device {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Clone for DeviceRef {
+    fn clone(&self) -> Self {
+        // Taking another reference while holding one cannot fail.
+        // SAFETY: The device is valid and referenced (type invariant).
+        let ok = unsafe { bindings::riser_ib_device_try_get(self.raw()) };
+        debug_assert!(ok);
+        Self { ptr: self.ptr }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: This value holds one reference (type invariant).
+        unsafe { bindings::ib_device_put(self.raw()) };
+    }
+}
+
+/// The direction of a DMA mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DmaDir {
+    /// The device reads the memory (sends, RDMA READ sources).
+    ToDevice,
+    /// The device writes the memory (receives, RDMA WRITE targets).
+    FromDevice,
+}
+
+impl DmaDir {
+    fn raw(self) -> c_int {
+        match self {
+            Self::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE.0,
+            Self::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE.0,
+        }
+    }
+}
+
+/// A kernel buffer mapped for DMA by one RDMA device.
+///
+/// The CPU reads and writes it with [`DmaBuf::write`] and [`DmaBuf::read`];
+/// the driver uses each buffer from one context at a time (a buffer belongs
+/// to one posted work request, or to one task being built).
+///
+/// # Invariants
+///
+/// `ptr` points to `len` bytes allocated with `KVec` (capacity `len`), mapped
+/// at `addr` on `dev` in direction `dir` until `drop`.
+pub(crate) struct DmaBuf {
+    dev: DeviceRef,
+    ptr: NonNull<u8>,
+    len: usize,
+    addr: u64,
+    dir: DmaDir,
+}
+
+// SAFETY: The buffer is plain memory owned by the value.
+unsafe impl Send for DmaBuf {}
+// SAFETY: See the type's documentation: concurrent CPU use of one buffer is
+// excluded by the driver's ownership of buffers per work request.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes and maps them on `dev`.
+    pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Arc<Self>> {
+        let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
+        v.resize(len, 0, GFP_KERNEL)?;
+        let (ptr, vlen, cap) = v.into_raw_parts();
+        if vlen != len || cap != len {
+            // SAFETY: The parts came from `into_raw_parts` just above.
+            drop(unsafe { KVec::from_raw_parts(ptr, vlen, cap) });
+            return Err(ENOMEM);
+        }
+        // SAFETY: `ptr` points to `len` bytes owned by this function.
+        let addr = unsafe {
+            bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, dir.raw())
+        };
+        // SAFETY: `addr` was returned by the mapping just above.
+        if unsafe { bindings::riser_ib_dma_mapping_error(dev.raw(), addr) } != 0 {
+            // SAFETY: The parts came from `into_raw_parts` above.
+            drop(unsafe { KVec::from_raw_parts(ptr, len, len) });
+            return Err(ENOMEM);
+        }
+        // INVARIANT: allocated with capacity `len` and mapped at `addr`.
+        Ok(Arc::new(
+            Self {
+                dev: dev.clone(),
+                ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+                len,
+                addr,
+                dir,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The buffer's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
+    /// DMA lkey; `EINVAL` if the range is not inside the buffer.
+    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        Ok(Sge {
+            addr: self.addr + off as u64,
+            length: u32::try_from(len)?,
+            lkey: pd.local_dma_lkey(),
+        })
+    }
+
+    /// Copies `src` into the buffer at `off` and makes it visible to the
+    /// device.
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> Result {
+        let end = off.checked_add(src.len()).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off..end` is inside the allocation (checked); the driver
+        // does not let the device read this buffer while it is written.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
+            bindings::riser_ib_dma_sync_for_device(
+                self.dev.raw(),
+                self.addr + off as u64,
+                src.len(),
+                self.dir.raw(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Makes the first `len` bytes the device wrote visible to the CPU and
+    /// hands them to `f`.
+    pub(crate) fn read<R>(&self, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        if len > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: `0..len` is inside the allocation; the buffer is not posted
+        // while its completion is handled, so the device does not write it
+        // during the borrow.
+        let bytes = unsafe {
+            bindings::riser_ib_dma_sync_for_cpu(self.dev.raw(), self.addr, len, self.dir.raw());
+            core::slice::from_raw_parts(self.ptr.as_ptr(), len)
+        };
+        Ok(f(bytes))
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: The buffer is mapped at `addr` and was allocated as a
+        // `KVec` of capacity `len` (type invariant); nothing refers to it.
+        unsafe {
+            bindings::riser_ib_dma_unmap_single(self.dev.raw(), self.addr, self.len, self.dir.raw());
+            drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
+        }
+    }
+}
+
+/// A scatterlist mapped for DMA (a SCSI command's data).
+///
+/// # Invariants
+///
+/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments, and
+/// stays valid until this value is dropped, which unmaps it.
+pub(crate) struct DmaSg {
+    dev: DeviceRef,
+    sgl: NonNull<bindings::scatterlist>,
+    nents: c_int,
+    count: c_int,
+    dir: DmaDir,
+}
+
+// SAFETY: The mapping may be released from any thread.
+unsafe impl Send for DmaSg {}
+// SAFETY: Shared references only read the mapping.
+unsafe impl Sync for DmaSg {}
+
+impl DmaSg {
+    /// Maps `nents` entries of `sgl` on `dev`.
+    ///
+    /// # Safety
+    ///
+    /// `sgl` must be a valid scatterlist of `nents` entries that stays valid
+    /// and unchanged until the returned value is dropped.
+    pub(crate) unsafe fn map(
+        dev: &DeviceRef,
+        sgl: *mut bindings::scatterlist,
+        nents: u32,
+        dir: DmaDir,
+    ) -> Result<Self> {
+        let sgl = NonNull::new(sgl).ok_or(EINVAL)?;
+        let nents = c_int::try_from(nents)?;
+        // SAFETY: `sgl` is valid for `nents` entries (function contract).
+        let count = unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
+        if count <= 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: mapped just above into `count` segments.
+        Ok(Self {
+            dev: dev.clone(),
+            sgl,
+            nents,
+            count,
+            dir,
+        })
+    }
+
+    /// The number of DMA segments the mapping produced (bug 5: this, not the
+    /// scatterlist's length, is what registration maps).
+    pub(crate) fn count(&self) -> u32 {
+        self.count.unsigned_abs()
+    }
+}
+
+impl Drop for DmaSg {
+    fn drop(&mut self) {
+        // SAFETY: Mapped with these arguments (type invariant); unmapping
+        // takes the original entry count.
+        unsafe {
+            bindings::riser_ib_dma_unmap_sg(self.dev.raw(), self.sgl.as_ptr(), self.nents, self.dir.raw())
+        };
+    }
+}
+
+/// One scatter/gather entry of a work request; made only from memory riser
+/// mapped or registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sge {
+    addr: u64,
+    length: u32,
+    lkey: u32,
+}
+
+impl Sge {
+    fn raw(self) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
+    }
+}
+
+/// What a registration advertises to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Registration {
+    /// The remote key (STag).
+    pub(crate) rkey: u32,
+    /// The virtual address the peer uses.
+    pub(crate) iova: u64,
+    /// The registered length.
+    pub(crate) len: u32,
+    /// The local key, to use the region in local work requests.
+    pub(crate) lkey: u32,
+}
+
+impl Registration {
+    /// `len` bytes at `off` of the registered region as a local entry.
+    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(EINVAL);
+        }
+        Ok(Sge {
+            addr: self.iova + u64::from(off),
+            length: len,
+            lkey: self.lkey,
+        })
+    }
+}
+
+/// A work completion, as riser's handlers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wc {
+    /// `IB_WC_SUCCESS` or the error status.
+    pub(crate) status: u32,
+    /// Bytes received (receives only).
+    pub(crate) byte_len: u32,
+    /// The rkey the peer invalidated with SEND_WITH_INV, if any.
+    pub(crate) invalidated: Option<u32>,
+}
+
+impl Wc {
+    /// Whether the work request succeeded.
+    pub(crate) fn ok(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_SUCCESS
+    }
+
+    /// Whether the QP was flushed (torn down), as opposed to a real error.
+    pub(crate) fn flushed(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR
+    }
+}
+
+/// Receives the completions of a [`Connection`]'s work requests, in softirq
+/// context, by the tag the work request was posted with.
+pub(crate) trait QpHandler: Send + Sync + 'static {
+    /// A receive completed.
+    fn recv_done(&self, tag: u32, wc: Wc);
+    /// A signaled send completed, or any send failed. Unsignaled work
+    /// requests (registration, invalidation) report with tag
+    /// [`UNSIGNALED_TAG`], on error only.
+    fn send_done(&self, tag: u32, wc: Wc);
+}
+
+/// The tag of unsignaled work requests.
+pub(crate) const UNSIGNALED_TAG: u32 = u32::MAX;
+
+/// The completion entry of one work request slot.
+///
+/// # Invariants
+///
+/// `keep` is null or came from `Arc::<DmaBuf>::into_raw` and is owned by the
+/// tag until taken back.
+#[repr(C)]
+struct Tag {
+    cqe: bindings::ib_cqe,
+    id: u32,
+    keep: AtomicPtr<DmaBuf>,
+}
+
+impl Tag {
+    fn new(id: u32, done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc)) -> Self {
+        Self {
+            cqe: bindings::ib_cqe { done: Some(done) },
+            id,
+            keep: AtomicPtr::new(null_mut()),
+        }
+    }
+
+    /// Records `buf` as used by the work request of this tag; `EBUSY` if the
+    /// tag's previous work request has not completed.
+    fn hold(&self, buf: Option<&Arc<DmaBuf>>) -> Result {
+        let p = match buf {
+            Some(b) => Arc::into_raw(b.clone()).cast_mut(),
+            None => NonNull::<DmaBuf>::dangling().as_ptr(),
+        };
+        if self
+            .keep
+            .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            if buf.is_some() {
+                // SAFETY: `p` came from `into_raw` just above and was not
+                // stored.
+                drop(unsafe { Arc::from_raw(p) });
+            }
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Ends the tag's work request, releasing what it held.
+    fn release(&self) {
+        let p = self.keep.swap(null_mut(), Ordering::AcqRel);
+        if !p.is_null() && p != NonNull::<DmaBuf>::dangling().as_ptr() {
+            // SAFETY: A non-null, non-dangling `keep` came from `into_raw`
+            // (type invariant) and was swapped out once.
+            drop(unsafe { Arc::from_raw(p) });
+        }
+    }
+}
+
+/// The queue sizes and resources of a [`Connection`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnCaps {
+    /// Send work requests outstanding at once (one more is kept for drain).
+    pub(crate) max_send_wr: u32,
+    /// Receive work requests outstanding at once (one more for drain).
+    pub(crate) max_recv_wr: u32,
+    /// Receive tags (`0..recv_tags`).
+    pub(crate) recv_tags: u32,
+    /// Signaled send tags (`0..send_tags`).
+    pub(crate) send_tags: u32,
+    /// Fast-registration MRs (`0..mrs`).
+    pub(crate) mrs: u32,
+    /// Pages each MR maps.
+    pub(crate) pages_per_mr: u32,
+}
+
+/// A fast-registration MR owned by a connection.
+///
+/// # Invariants
+///
+/// `ptr` is a valid MR in the connection's PD until the connection drops it,
+/// after its QP is destroyed.
+struct MrSlot {
+    ptr: NonNull<bindings::ib_mr>,
+    /// Registered and not yet invalidated (bug 4: this state belongs to the
+    /// MR, whichever task last used it).
+    valid: AtomicBool,
+}
+
+impl MrSlot {
+    fn new(pd: &Pd, pages: u32) -> Result<Self> {
+        // SAFETY: The PD is valid (type invariant of `Pd`).
+        let p = kernel::error::from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(pd.as_raw(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, pages)
+        })?;
+        // INVARIANT: a valid MR in `pd`, deregistered in `drop`.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            valid: AtomicBool::new(false),
+        })
+    }
+}
+
+impl Drop for MrSlot {
+    fn drop(&mut self) {
+        // SAFETY: The MR is valid and, the QP being destroyed first (type
+        // invariant of `Connection`), no work request names it.
+        unsafe { bindings::riser_ib_dereg_mr(self.ptr.as_ptr()) };
+    }
+}
+
+/// A work request riser posts on the send queue.
+pub(crate) enum SendOp<'a> {
+    /// Invalidate MR `mr` registered under `rkey` (unsignaled). The key
+    /// is read before [`Connection::map_mr`] gives the MR a new one.
+    LocalInv {
+        /// The connection's MR index.
+        mr: u32,
+        /// The key of the registration to invalidate.
+        rkey: u32,
+    },
+    /// Register MR `mr` as last mapped by [`Connection::map_mr`]
+    /// (unsignaled), for local use and remote `access`.
+    Reg {
+        /// The connection's MR index.
+        mr: u32,
+        /// The peer may RDMA-WRITE (true) or RDMA-READ (false) the region.
+        remote_write: bool,
+    },
+    /// A signaled SEND of `sges`, completing on tag `tag`, holding `keep`
+    /// until then.
+    Send {
+        /// The signaled send tag.
+        tag: u32,
+        /// One or two entries.
+        sges: &'a [Sge],
+        /// The buffer kept alive until the completion.
+        keep: Option<&'a Arc<DmaBuf>>,
+    },
+}
+
+/// The most work requests one [`Connection::post_send`] takes.
+pub(crate) const MAX_CHAIN: usize = 4;
+
+/// A connected (or connecting) RC queue pair with its CM id.
+///
+/// # Invariants
+///
+/// `qp` was created with `rdma_create_qp` on `id`, with `qp_context` equal to
+/// `id`'s context (an `Arc<H>` owned by `id`); it is destroyed in `drop`
+/// before the MRs, the CQ and the id. Every tag is at a stable address
+/// (`KVec` never grown) until the QP is destroyed.
+pub(crate) struct Connection<H: CmHandler + QpHandler> {
+    qp: NonNull<bindings::ib_qp>,
+    recv_tags: KVec<Tag>,
+    send_tags: KVec<Tag>,
+    unsignaled: KBox<Tag>,
+    mrs: KVec<MrSlot>,
+    pd: Arc<Pd>,
+    _cq: Cq,
+    id: CmId<H>,
+}
+
+// SAFETY: Posting is serialised by the provider; the tags and MR states are
+// atomics; everything may be released from any thread.
+unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
+// SAFETY: As above.
+unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
+
+impl<H: CmHandler + QpHandler> Connection<H> {
+    /// Makes the QP on `id` (whose route is resolved), completing on `cq`,
+    /// with the MRs and tags of `caps`. On failure the id is handed back, so
+    /// a CM handler never drops (destroys) its own id.
+    pub(crate) fn new(
+        id: CmId<H>,
+        pd: Arc<Pd>,
+        cq: Cq,
+        caps: ConnCaps,
+    ) -> core::result::Result<Self, (CmId<H>, Error)> {
+        let parts = match Self::parts(&pd, caps) {
+            Ok(p) => p,
+            Err(e) => return Err((id, e)),
+        };
+        let (recv_tags, send_tags, unsignaled, mrs) = parts;
+        let mut attr = bindings::ib_qp_init_attr {
+            qp_context: id.context(),
+            send_cq: cq.as_raw(),
+            recv_cq: cq.as_raw(),
+            cap: bindings::ib_qp_cap {
+                max_send_wr: caps.max_send_wr + 1,
+                max_recv_wr: caps.max_recv_wr + 1,
+                max_send_sge: 2,
+                max_recv_sge: 1,
+                ..Default::default()
+            },
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            ..Default::default()
+        };
+        // SAFETY: The id is valid and route-resolved; `pd` and `cq` are
+        // valid; `attr` outlives the call.
+        if let Err(e) =
+            to_result(unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) })
+        {
+            return Err((id, e));
+        }
+        // SAFETY: `rdma_create_qp` succeeded, so the id holds the new QP.
+        let qp = unsafe { (*id.as_raw()).qp };
+        let Some(qp) = NonNull::new(qp) else {
+            return Err((id, ENOMEM));
+        };
+        // INVARIANT: created on `id` with `qp_context` = the id's context;
+        // the field order drops the MRs, the PD, the CQ and the id after the
+        // QP is destroyed in `drop`.
+        Ok(Self {
+            qp,
+            recv_tags,
+            send_tags,
+            unsignaled,
+            mrs,
+            pd,
+            _cq: cq,
+            id,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn parts(pd: &Pd, caps: ConnCaps) -> Result<(KVec<Tag>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
+        let mut recv = KVec::with_capacity(caps.recv_tags as usize, GFP_KERNEL)?;
+        for i in 0..caps.recv_tags {
+            recv.push(Tag::new(i, Self::recv_done_cb), GFP_KERNEL)?;
+        }
+        let mut send = KVec::with_capacity(caps.send_tags as usize, GFP_KERNEL)?;
+        for i in 0..caps.send_tags {
+            send.push(Tag::new(i, Self::send_done_cb), GFP_KERNEL)?;
+        }
+        let unsignaled = KBox::new(Tag::new(UNSIGNALED_TAG, Self::send_done_cb), GFP_KERNEL)?;
+        let mut mrs = KVec::with_capacity(caps.mrs as usize, GFP_KERNEL)?;
+        for _ in 0..caps.mrs {
+            mrs.push(MrSlot::new(pd, caps.pages_per_mr)?, GFP_KERNEL)?;
+        }
+        Ok((recv, send, unsignaled, mrs))
+    }
+
+    /// The CM id.
+    pub(crate) fn cm(&self) -> &CmId<H> {
+        &self.id
+    }
+
+    /// The PD the QP and MRs are in.
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// Connects from inside the CM handler of this connection's id, with
+    /// `private` as the CM private data.
+    pub(crate) fn connect_in_handler(
+        &self,
+        ev: &CmIdRef,
+        private: &[u8],
+        responder_resources: u8,
+        initiator_depth: u8,
+    ) -> Result {
+        if !core::ptr::eq(ev.as_raw(), self.cm().as_raw()) {
+            return Err(EINVAL);
+        }
+        let mut param = bindings::rdma_conn_param {
+            private_data: private.as_ptr().cast(),
+            private_data_len: u8::try_from(private.len())?,
+            responder_resources,
+            initiator_depth,
+            retry_count: 7,
+            rnr_retry_count: 6,
+            ..Default::default()
+        };
+        // SAFETY: The handler of this id is running (the event's id is this
+        // id), so the handler mutex is held as `rdma_connect_locked` needs;
+        // `param` and `private` outlive the call.
+        to_result(unsafe { bindings::rdma_connect_locked(self.cm().as_raw(), &mut param) })
+    }
+
+    /// Starts a disconnect; the QP moves to the error state and outstanding
+    /// work requests flush.
+    pub(crate) fn disconnect(&self) {
+        // SAFETY: The id is valid (type invariant); a failure means it was
+        // not connected, which is fine to ignore.
+        let _ = unsafe { bindings::rdma_disconnect(self.cm().as_raw()) };
+    }
+
+    /// Waits until every posted work request has completed (flushed). Must
+    /// run in process context, after [`Connection::disconnect`].
+    pub(crate) fn drain(&self) {
+        // SAFETY: The QP is valid (type invariant); its CQ is not polled
+        // directly, as `ib_drain_qp` requires.
+        unsafe { bindings::ib_drain_qp(self.qp.as_ptr()) };
+    }
+
+    /// Posts a receive of `buf` (all of it) completing on tag `tag`.
+    pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
+        let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
+        let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
+        t.hold(Some(buf))?;
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        // SAFETY: Writing the `wr_cqe` member of the union.
+        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut() };
+        let mut bad = core::ptr::null();
+        // SAFETY: The QP is valid; `wr` and `sge` outlive the call; the tag
+        // and the buffer stay valid until the completion (held above).
+        let r = to_result(unsafe { bindings::riser_ib_post_recv(self.qp.as_ptr(), &wr, &mut bad) });
+        if r.is_err() {
+            t.release();
+        }
+        r
+    }
+
+    /// Maps `sg` into MR `mr` with a fresh key; what the peer is told.
+    pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
+        let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
+        let p = slot.ptr.as_ptr();
+        // SAFETY: The MR is valid (type invariant) and not registered (the
+        // caller invalidated it, which `Reg` checks); the keys' low byte is
+        // the consumer's to rotate.
+        unsafe {
+            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
+            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
+            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
+        }
+        let count = c_int::try_from(sg.count())?;
+        // SAFETY: `sg` is a valid DMA-mapped scatterlist of `count` segments;
+        // the MR is valid.
+        let n = unsafe {
+            bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), kernel::page::PAGE_SIZE as u32)
+        };
+        if n != count {
+            return Err(EINVAL);
+        }
+        // SAFETY: The MR is valid; `ib_map_mr_sg` set its iova and length.
+        let r = unsafe {
+            Registration {
+                rkey: (*p).rkey,
+                lkey: (*p).lkey,
+                iova: (*p).iova,
+                len: u32::try_from((*p).length)?,
+            }
+        };
+        Ok(r)
+    }
+
+    /// Whether MR `mr` is registered and not yet invalidated.
+    pub(crate) fn mr_valid(&self, mr: u32) -> bool {
+        self.mrs.get(mr as usize).is_some_and(|s| s.valid.load(Ordering::Acquire))
+    }
+
+    /// The rkey MR `mr` holds now.
+    pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
+        // SAFETY: The MR is valid (type invariant).
+        self.mrs.get(mr as usize).map(|s| unsafe { (*s.ptr.as_ptr()).rkey })
+    }
+
+    /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
+    /// rkey).
+    pub(crate) fn mr_invalidated(&self, mr: u32) {
+        if let Some(s) = self.mrs.get(mr as usize) {
+            s.valid.store(false, Ordering::Release);
+        }
+    }
+
+    /// Posts `ops` as one chain.
+    pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
+        if ops.is_empty() || ops.len() > MAX_CHAIN {
+            return Err(EINVAL);
+        }
+        let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
+        let mut sges: [[bindings::ib_sge; 2]; MAX_CHAIN] = Default::default();
+        let mut held: [Option<&Tag>; MAX_CHAIN] = [None; MAX_CHAIN];
+        let unsig = (&raw const self.unsignaled.cqe).cast_mut();
+        for (i, op) in ops.iter().enumerate() {
+            let w = &mut regs[i];
+            match op {
+                SendOp::LocalInv { mr, rkey } => {
+                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+                    // SAFETY: Writing union members.
+                    unsafe {
+                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
+                        *w.wr.ex.invalidate_rkey.as_mut() = *rkey;
+                    }
+                }
+                SendOp::Reg { mr, remote_write } => {
+                    let s = self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
+                    // SAFETY: Writing the `wr_cqe` member of the union.
+                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig };
+                    w.mr = s.ptr.as_ptr();
+                    // SAFETY: The MR is valid (type invariant).
+                    w.key = unsafe { (*s.ptr.as_ptr()).rkey };
+                    let remote = if *remote_write {
+                        bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
+                    } else {
+                        bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+                    };
+                    // CAST: the access flags fit an int.
+                    w.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
+                }
+                SendOp::Send { tag, sges: list, keep } => {
+                    if list.is_empty() || list.len() > 2 {
+                        return Err(EINVAL);
+                    }
+                    let t = self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
+                    for (j, s) in list.iter().enumerate() {
+                        sges[i][j] = s.raw();
+                    }
+                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+                    // SAFETY: Writing the `wr_cqe` member of the union.
+                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut() };
+                    w.wr.sg_list = sges[i].as_mut_ptr();
+                    // CAST: one or two entries.
+                    w.wr.num_sge = list.len() as c_int;
+                    // CAST: the flag fits an int.
+                    w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                    if let Err(e) = t.hold(*keep) {
+                        held.iter().flatten().for_each(|h| h.release());
+                        return Err(e);
+                    }
+                    held[i] = Some(t);
+                }
+            }
+        }
+        // Chain the requests: each `ib_reg_wr` starts with its `ib_send_wr`.
+        let base = regs.as_mut_ptr();
+        for i in 0..ops.len() - 1 {
+            // SAFETY: `i` and `i + 1` are inside `regs`.
+            unsafe { (*base.add(i)).wr.next = &raw mut (*base.add(i + 1)).wr };
+        }
+        let mut bad = core::ptr::null();
+        // SAFETY: The QP is valid; the chain, its entries and the MRs it
+        // names outlive the call (providers copy work requests when posting);
+        // buffers are held by their tags until completion.
+        let r = to_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad) });
+        match r {
+            Ok(()) => {
+                for op in ops {
+                    match op {
+                        SendOp::LocalInv { .. } => {}
+                        SendOp::Reg { mr, .. } => {
+                            if let Some(s) = self.mrs.get(*mr as usize) {
+                                s.valid.store(true, Ordering::Release);
+                            }
+                        }
+                        SendOp::Send { .. } => {}
+                    }
+                }
+            }
+            Err(_) => held.iter().flatten().for_each(|h| h.release()),
+        }
+        r
+    }
+
+    fn wc(wc: &bindings::ib_wc) -> Wc {
+        // CAST: the flag fits an int.
+        let inv = wc.wc_flags & (bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as c_int) != 0;
+        Wc {
+            status: wc.status,
+            byte_len: wc.byte_len,
+            // SAFETY: `invalidate_rkey` is the union's member when the flag
+            // is set.
+            invalidated: inv.then(|| unsafe { *wc.ex.invalidate_rkey.as_ref() }),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core's CQ polling with a completion of a receive posted
+    /// by [`Connection::post_recv`].
+    unsafe extern "C" fn recv_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+        // SAFETY: ib_core passes a valid completion whose `wr_cqe` is the
+        // first field of one of this connection's `Tag`s, and whose QP's
+        // context is the `Arc<H>` the id owns, alive until the QP is gone.
+        let (tag, h, w) = unsafe {
+            let wc = &*wc;
+            let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
+            (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
+        };
+        let id = tag.id;
+        // The buffer stays alive for the handler through the driver's own
+        // reference; the tag's hold ends here.
+        tag.release();
+        h.recv_done(id, w);
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core's CQ polling with a completion of a send posted by
+    /// [`Connection::post_send`].
+    unsafe extern "C" fn send_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+        // SAFETY: As in `recv_done_cb`.
+        let (tag, h, w) = unsafe {
+            let wc = &*wc;
+            let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
+            (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
+        };
+        let id = tag.id;
+        if id != UNSIGNALED_TAG {
+            tag.release();
+        }
+        h.send_done(id, w);
+    }
+}
+
+impl<H: CmHandler + QpHandler> Drop for Connection<H> {
+    fn drop(&mut self) {
+        // Flush and wait for every outstanding work request, so no
+        // completion names a tag, buffer or MR freed below.
+        self.disconnect();
+        self.drain();
+        // SAFETY: The QP was created on this id (type invariant) and is
+        // destroyed once; the fields (MRs, PD, CQ, id) drop after this.
+        unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
+        for t in Iterator::chain(self.recv_tags.iter(), self.send_tags.iter()) {
+            t.release();
+        }
+    }
+}
+
+/// An IPv4 socket address from a kernel `sockaddr_storage`.
+pub(crate) fn sockaddr_v4(ss: &bindings::__kernel_sockaddr_storage) -> Option<SocketAddrV4> {
+    // SAFETY: Every bit pattern is a valid `sockaddr_in`, which is no larger
+    // than the storage.
+    let sin: bindings::sockaddr_in = unsafe { core::ptr::read((ss as *const _ as *const u8).cast()) };
+    // CAST: AF_INET fits the family type.
+    if sin.sin_family != bindings::AF_INET as bindings::__kernel_sa_family_t {
+        return None;
+    }
+    Some(SocketAddrV4::new(
+        Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
+        u16::from_be(sin.sin_port),
+    ))
+}
