@@ -532,7 +532,9 @@ impl Res {
                 if dir == Direction::Read {
                     iser.read = Some(StagVa { stag: r.rkey, va: r.iova });
                 } else {
-                    let unsol = task.unsol_len().min(len);
+                    // Immediate data plus unsolicited Data-Outs: the target
+                    // RDMA-READs only what follows them.
+                    let unsol = task.imm_count().saturating_add(task.unsol_len()).min(len);
                     if unsol < len {
                         iser.write = Some(StagVa {
                             stag: r.rkey,
@@ -812,7 +814,8 @@ impl IserConn {
         }
         if let Some(rkey) = wc.invalidated {
             // Only the rkey of the task this response answers (bug 3).
-            let idx = pdu.itt & ITT_INDEX_MASK;
+            // libiscsi builds ITTs in host byte order (get_itt()).
+            let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
             let ok = pdu.opcode == TargetOpcode::ScsiResponse
                 && res.remote_inv
                 && res.conn.mr_valid(idx)

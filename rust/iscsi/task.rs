@@ -161,7 +161,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
         self.raw().imm_count
     }
 
-    /// Length of all unsolicited data (immediate plus Data-Out).
+    /// Length of the unsolicited Data-Out data (after the immediate data).
     pub(crate) fn unsol_len(&self) -> u32 {
         self.raw().unsol_r2t.data_length
     }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# A session through riser, as a user runs it: LIO with an iSER portal over
+# soft-RoCE (or soft-iWARP with RISER_RDMA=siw), riser.ko loaded, discovery
+# and login with iscsiadm -I iser, ext4 made, written, read back cold and
+# compared, fio with crc32c verification, logout and rmmod.
+
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/guest/target.sh"
+KO=$RISER_TOP/riser.ko
+
+RDMA=${RISER_RDMA:-rxe}
+if [ "$RDMA" = siw ]; then
+	IP=192.168.78.1
+	IQN=iqn.2026-11.org.riser:session-siw
+else
+	IP=192.168.77.1
+	IQN=iqn.2026-11.org.riser:session
+fi
+MNT=/tmp/riser-mnt
+
+discovery_finds_target() {
+	local out
+	out=$(iscsi_discover "$IP") || return 1
+	echo "$out"
+	grep -q " $IQN\$" <<<"$out"
+}
+session_is_iser() {
+	local out
+	out=$(iscsiadm -m session) || return 1
+	echo "$out"
+	grep -q "^iser: .* $IP:3260,1 $IQN " <<<"$out"
+}
+host_is_iscsi_iser() {
+	local s h
+	s=$(iscsi_session "$IQN") || return 1
+	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null ||
+		ls -d /sys/class/iscsi_session/"$s"/device/../../scsi_host/host*) || return 1
+	[ "$(cat "$h/proc_name")" = iscsi_iser ]
+}
+fs_roundtrip() {
+	mkfs.ext4 -q -F "$DEV" || return 1
+	mkdir -p "$MNT" && mount "$DEV" "$MNT" || return 1
+	dd if=/dev/urandom of=/tmp/a.bin bs=1M count=8 status=none &&
+		cp /tmp/a.bin "$MNT/a.bin" &&
+		seq 1 20000 >"$MNT/b.txt" && sync || return 1
+	umount "$MNT" && echo 3 >/proc/sys/vm/drop_caches && mount "$DEV" "$MNT" || return 1
+	local ok=0
+	cmp /tmp/a.bin "$MNT/a.bin" && seq 1 20000 | cmp - "$MNT/b.txt" || ok=1
+	umount "$MNT" && return $ok
+}
+# fio_verify RW BS QD: write and verify with crc32c over 16 MiB. fio's exit
+# status alone is not trusted (it exits 0 when it refuses to start): its
+# terse line must be there and report error 0.
+fio_verify() {
+	local out
+	out=$(fio --name=v --filename="$DEV" --direct=1 --ioengine=libaio --rw="$1" --bs="$2" \
+		--iodepth="$3" --size=16M --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--randrepeat=0 --output-format=terse) || return 1
+	echo "$out" | cut -c1-200
+	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
+		END { exit !(found && !bad) }' <<<"$out"
+}
+no_session_left() { ! iscsi_session "$IQN"; }
+
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+
+if [ "$RDMA" = siw ]; then
+	check "soft-iWARP device siw0 created" setup_siw "$IP"
+else
+	check "soft-RoCE device rxe0 created" setup_rxe "$IP"
+fi
+check "riser's dependencies load" load_deps
+dmesg_mark
+check "insmod riser.ko" insmod "$KO"
+check "LIO rd_mcp target with an iSER portal ($RDMA)" lio_rd_target "$IQN" "$IP" 64 "$RDMA"
+check "iscsid started" iscsi_start
+check "discovery over iser finds $IQN" discovery_finds_target
+check "ib_iser was not loaded" test ! -d /sys/module/ib_iser
+check "login over iser" iscsi_login "$IQN" "$IP" iser
+check "the session's transport is iser" session_is_iser
+check "the SCSI host is iscsi_iser" host_is_iscsi_iser
+DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
+check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
+check "device is 64 MiB" test "$(blockdev --getsize64 "$DEV" 2>/dev/null)" = $((64 << 20))
+check "ext4: write, sync, drop caches, read back, compare" fs_roundtrip
+for bs in 512 4k 64k 512k 1m 4m; do
+	for rw in randwrite write; do
+		for qd in 1 32; do
+			check "fio $rw bs=$bs QD$qd verify crc32c" fio_verify "$rw" "$bs" "$qd"
+		done
+	done
+done
+check "logout" iscsi_logout "$IQN" "$IP"
+echo "riser refcnt after logout: $(cat /sys/module/riser/refcnt)" >>"$RISER_OUT/guest.log"
+ls /sys/class/iscsi_endpoint /sys/class/iscsi_session /sys/class/scsi_host >>"$RISER_OUT/guest.log" 2>&1
+check "no session left" no_session_left
+check "rmmod riser" rmmod riser
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
+if [ "$RDMA" = siw ]; then
+	check "siw0 removed" rdma link delete siw0
+else
+	check "rxe0 removed" rdma link delete rxe0
+fi
+save_dmesg
