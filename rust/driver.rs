@@ -28,7 +28,7 @@ use crate::{
 };
 use core::{
     net::SocketAddrV4,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
 };
 use kernel::{
     alloc::{KBox, KVec},
@@ -259,11 +259,21 @@ impl TransportOps for Iser {
 
     fn xmit_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
-        if task.is_scsi() {
-            res.send_command(task)
-        } else {
-            res.send_control(task)
+        if !task.is_scsi() {
+            return res.send_control(task);
         }
+        res.send_command(task)?;
+        let n = u64::from(task.data_len());
+        match task.direction() {
+            Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
+            Direction::Read => ep.rx_octets.fetch_add(n, Ordering::Relaxed),
+            _ => 0,
+        };
+        Ok(())
+    }
+
+    fn data_octets(ep: &IserConn) -> (u64, u64) {
+        (ep.tx_octets.load(Ordering::Relaxed), ep.rx_octets.load(Ordering::Relaxed))
     }
 
     fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {
@@ -337,6 +347,9 @@ pub(crate) struct IserConn {
     params: Params,
     /// Established and not torn down: what atomic paths check.
     up: AtomicBool,
+    /// SCSI data octets written and read through this connection.
+    tx_octets: AtomicU64,
+    rx_octets: AtomicU64,
     failed: AtomicBool,
 }
 
@@ -504,7 +517,7 @@ impl Res {
         let len = task.data_len();
         let mut iser = IserHeader::default();
         let mut reg = None;
-        let mut inv = None;
+        let mut inv = false;
         match dir {
             Direction::None => {}
             Direction::Bidi => {
@@ -519,12 +532,10 @@ impl Res {
                     Some(sg) => sg,
                     None => task.map_data(&self.dev.dev)?,
                 };
-                if self.conn.mr_valid(idx) {
-                    // Chain the invalidation of the MR's previous
-                    // registration, by its old key (bug 4: the state is
-                    // the MR's).
-                    inv = self.conn.mr_rkey(idx);
-                }
+                // Chain the invalidation of the MR's previous registration
+                // when the target did not invalidate it (bug 4: the state
+                // is the MR's, not the task's).
+                inv = self.conn.mr_valid(idx);
                 let r = self.conn.map_mr(idx, sg)?;
                 if r.len < len {
                     return Err(EINVAL);
@@ -568,12 +579,12 @@ impl Res {
         };
         let remote_write = dir == Direction::Read;
         match (inv, reg) {
-            (Some(rkey), Some(_)) => self.conn.post_send(&[
-                SendOp::LocalInv { mr: idx, rkey },
+            (true, Some(_)) => self.conn.post_send(&[
+                SendOp::LocalInv { mr: idx },
                 reg_op(remote_write),
                 send,
             ])?,
-            (None, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send])?,
+            (false, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send])?,
             _ => self.conn.post_send(&[send])?,
         }
         if let (Some(r), Direction::Write) = (reg, dir) {
@@ -626,6 +637,8 @@ impl IserConn {
                 dst,
                 params,
                 up: AtomicBool::new(false),
+                tx_octets: AtomicU64::new(0),
+                rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
             }),
             GFP_KERNEL,

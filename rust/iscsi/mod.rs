@@ -199,6 +199,12 @@ pub(crate) trait TransportOps: 'static + Sized {
         Ok(())
     }
 
+    /// SCSI data octets moved (written, read) on the endpoint's connection:
+    /// libiscsi counts them only for iscsi_tcp.
+    fn data_octets(_ep: &Self::Ep) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// libiscsi prepares `task` (atomic context).
     fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)

@@ -140,7 +140,7 @@ impl<T: TransportOps> Transport<T> {
                 t.get_session_param = Some(bindings::iscsi_session_get_param);
                 t.get_host_param = Some(bindings::iscsi_host_get_param);
                 t.send_pdu = Some(send_pdu_callback::<T>);
-                t.get_stats = Some(get_stats_callback);
+                t.get_stats = Some(get_stats_callback::<T>);
                 t.init_task = Some(init_task_callback::<T>);
                 t.xmit_task = Some(xmit_task_callback::<T>);
                 t.cleanup_task = Some(cleanup_task_callback::<T>);
@@ -589,13 +589,19 @@ unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live connection.
-unsafe extern "C" fn get_stats_callback(cls_conn: *mut bindings::iscsi_cls_conn, stats: *mut bindings::iscsi_stats) {
+unsafe extern "C" fn get_stats_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    stats: *mut bindings::iscsi_stats,
+) {
+    // SAFETY: The connection is live (contract).
+    let conn = unsafe { conn_of(cls_conn) };
+    // SAFETY: As above.
+    let octets = unsafe { bound_ep::<T>(conn) }.map(|ep| T::data_octets(&ep));
     // SAFETY: Both are live (contract); the counters are plain reads.
     unsafe {
-        let c = &*conn_of(cls_conn);
+        let c = &*conn;
         let s = &mut *stats;
-        s.txdata_octets = c.txdata_octets;
-        s.rxdata_octets = c.rxdata_octets;
+        (s.txdata_octets, s.rxdata_octets) = octets.unwrap_or((c.txdata_octets, c.rxdata_octets));
         s.scsicmd_pdus = c.scsicmd_pdus_cnt;
         s.dataout_pdus = c.dataout_pdus_cnt;
         s.scsirsp_pdus = c.scsirsp_pdus_cnt;

@@ -17,7 +17,7 @@ use crate::bindings;
 use core::{
     net::{Ipv4Addr, SocketAddrV4},
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
 };
 use kernel::{alloc::KVec, error::to_result, prelude::*, sync::Arc, types::ForeignOwnable};
 
@@ -455,6 +455,10 @@ struct MrSlot {
     /// Registered and not yet invalidated (bug 4: this state belongs to the
     /// MR, whichever task last used it).
     valid: AtomicBool,
+    /// The key of the last posted registration: what the peer was given
+    /// and what an invalidation names (the MR's own key may already be the
+    /// next one, set by `map_mr`).
+    reg_rkey: AtomicU32,
 }
 
 impl MrSlot {
@@ -467,6 +471,7 @@ impl MrSlot {
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
             valid: AtomicBool::new(false),
+            reg_rkey: AtomicU32::new(0),
         })
     }
 }
@@ -481,13 +486,10 @@ impl Drop for MrSlot {
 
 /// A work request riser posts on the send queue.
 pub(crate) enum SendOp<'a> {
-    /// Invalidate MR `mr` registered under `rkey` (unsignaled). The key
-    /// is read before [`Connection::map_mr`] gives the MR a new one.
+    /// Invalidate MR `mr`'s current registration (unsignaled).
     LocalInv {
         /// The connection's MR index.
         mr: u32,
-        /// The key of the registration to invalidate.
-        rkey: u32,
     },
     /// Register MR `mr` as last mapped by [`Connection::map_mr`]
     /// (unsignaled), for local use and remote `access`.
@@ -691,9 +693,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
         let p = slot.ptr.as_ptr();
-        // SAFETY: The MR is valid (type invariant) and not registered (the
-        // caller invalidated it, which `Reg` checks); the keys' low byte is
-        // the consumer's to rotate.
+        // SAFETY: The MR is valid (type invariant); the keys' low byte is the
+        // consumer's to rotate. The hardware registration, if any, keeps its
+        // key (`reg_rkey`) until a `LocalInv` or the next `Reg` is posted.
         unsafe {
             let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
             (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
@@ -725,10 +727,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         self.mrs.get(mr as usize).is_some_and(|s| s.valid.load(Ordering::Acquire))
     }
 
-    /// The rkey MR `mr` holds now.
+    /// The rkey of MR `mr`'s last posted registration.
     pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
-        // SAFETY: The MR is valid (type invariant).
-        self.mrs.get(mr as usize).map(|s| unsafe { (*s.ptr.as_ptr()).rkey })
+        self.mrs.get(mr as usize).map(|s| s.reg_rkey.load(Ordering::Acquire))
     }
 
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
@@ -751,8 +752,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         for (i, op) in ops.iter().enumerate() {
             let w = &mut regs[i];
             match op {
-                SendOp::LocalInv { mr, rkey } => {
-                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                SendOp::LocalInv { mr } => {
+                    let rkey = &self.mrs.get(*mr as usize).ok_or(EINVAL)?.reg_rkey.load(Ordering::Acquire);
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                     // SAFETY: Writing union members.
                     unsafe {
@@ -818,6 +819,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         SendOp::LocalInv { .. } => {}
                         SendOp::Reg { mr, .. } => {
                             if let Some(s) = self.mrs.get(*mr as usize) {
+                                // SAFETY: The MR is valid (type invariant).
+                                let key = unsafe { (*s.ptr.as_ptr()).rkey };
+                                s.reg_rkey.store(key, Ordering::Release);
                                 s.valid.store(true, Ordering::Release);
                             }
                         }

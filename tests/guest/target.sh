@@ -7,6 +7,7 @@
 #   lio_nullblk_target IQN IP [SIZE_MB] [SIW]  memory-backed null_blk via iblock
 #   lio_set_param IQN NAME VALUE               TPG iSCSI parameter (ImmediateData...)
 #   lio_set_attrib IQN NAME VALUE              TPG attribute (authentication...)
+#   lio_acl_attrib IQN NAME VALUE              our node ACL's attribute (nopin_timeout...)
 #   lio_chap IQN USER PASS [MUSER MPASS]       CHAP (and mutual CHAP) for our initiator
 #   lio_portal_iser IQN IP                     prints 1 when the portal has iSER on
 #   lio_teardown                               remove all of LIO's configuration
@@ -150,7 +151,8 @@ lio_rd_target() {
 
 # lio_nullblk_target IQN IP [SIZE_MB] [SIW]: a target whose LUN is a
 # memory-backed null_blk device (made through null_blk's configfs) served by
-# the iblock backstore.
+# the iblock backstore. With NULLB_DELAY_NS set, every I/O completes that
+# many nanoseconds late (null_blk's timer mode): a slow target.
 lio_nullblk_target() {
 	local iqn=${1:?IQN} ip=${2:?IP} mb=${3:-128} siw=${4:-}
 	local name nb bs
@@ -165,6 +167,9 @@ lio_nullblk_target() {
 		echo "$mb" >"$nb/size" &&
 		echo 1 >"$nb/memory_backed" &&
 		echo 512 >"$nb/blocksize" &&
+		if [ -n "${NULLB_DELAY_NS:-}" ]; then
+			echo 2 >"$nb/irqmode" && echo "$NULLB_DELAY_NS" >"$nb/completion_nsec"
+		fi &&
 		echo 1 >"$nb/power" ||
 		_tgt_err "cannot create null_blk device $name ($mb MiB)" || return 1
 	_wait_for 10 test -b "/dev/$name" || _tgt_err "no /dev/$name" || return 1
@@ -218,6 +223,19 @@ lio_chap() {
 			_tgt_err "cannot set mutual CHAP credentials" || return 1
 	fi
 	echo 1 >"$t/attrib/authentication" || _tgt_err "cannot enforce authentication"
+}
+
+# lio_acl_attrib IQN NAME VALUE: an attribute of our initiator's node ACL
+# (nopin_timeout, dataout_timeout, ...), made with LUN 0 mapped if missing.
+lio_acl_attrib() {
+	local t a
+	t=$(_lio_tpg "${1:?IQN}")
+	a=$t/acls/$RISER_INITIATOR
+	if [ ! -d "$a" ]; then
+		mkdir "$a" && mkdir "$a/lun_0" && ln -s "$t/lun/lun_0" "$a/lun_0/lun_0" ||
+			_tgt_err "cannot create the node ACL $RISER_INITIATOR" || return 1
+	fi
+	echo "${3:?VALUE}" >"$a/attrib/${2:?NAME}" || _tgt_err "$1: ACL attribute $2=$3 refused"
 }
 
 # lio_portal_iser IQN IP: prints the portal's iser attribute (1 when on).

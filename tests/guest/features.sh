@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# What a session through riser does beyond plain I/O, over rxe against LIO:
+# a null_blk LUN, TPG parameters seen in the negotiated session, the
+# parameters and statistics iscsiadm shows, NOP-Out/NOP-In both ways, CHAP
+# (refused without, refused with a wrong secret, accepted with the right one,
+# and mutual), two sessions with I/O at once, LU and target reset under load,
+# an abort after a command timeout, discovery of many targets (a SendTargets
+# answer larger than one receive), teardown and unload.
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/guest/target.sh"
+KO=$RISER_TOP/riser.ko
+IP=192.168.77.1
+A=iqn.2026-11.org.riser:nb
+B=iqn.2026-11.org.riser:chap
+C=iqn.2026-11.org.riser:slow
+MANY=500
+
+sess_attr() { cat "/sys/class/iscsi_session/$(iscsi_session "$1")/$2"; }
+conn_attr() {
+	local s
+	s=$(iscsi_session "$1")
+	cat /sys/class/iscsi_session/"$s"/device/connection*/iscsi_connection/connection*/"$2"
+}
+sid_of() { sess_attr "$1" ../../../session*/iscsi_session/session*/sid 2>/dev/null ||
+	iscsiadm -m session | awk -v t="$1" '$4 == t { gsub(/[][]/, "", $2); print $2 }'; }
+# fio_verify DEV RW BS QD SIZE: write and verify with crc32c; fio's terse
+# line must be there with error 0 (its exit status alone is not trusted).
+fio_verify() {
+	local out
+	out=$(fio --name=v --filename="$1" --direct=1 --ioengine=libaio --rw="$2" --bs="$3" \
+		--iodepth="$4" --size="$5" --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--randrepeat=0 --verify_state_save=0 --output-format=terse) || return 1
+	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
+		END { exit !(found && !bad) }' <<<"$out"
+}
+p3_shows() {
+	local out
+	out=$(iscsiadm -m session -P 3) || return 1
+	echo "$out"
+	grep -q "Iface Transport: iser" <<<"$out" &&
+		grep -q "Current Portal: $IP:3260,1" <<<"$out" &&
+		grep -q "Persistent Portal: $IP:3260,1" <<<"$out" &&
+		grep -q "iSCSI Session State: LOGGED_IN" <<<"$out" &&
+		grep -q "FirstBurstLength: 65536" <<<"$out" &&
+		grep -q "MaxBurstLength: 131072" <<<"$out" &&
+		grep -q "ImmediateData: No" <<<"$out" &&
+		grep -q "InitialR2T: Yes" <<<"$out" &&
+		grep -Eq "Attached scsi disk sd[a-z]+[[:space:]]+State: running" <<<"$out"
+}
+stats_count_io() {
+	local out
+	out=$(iscsiadm -m session -r "$(sid_of "$A")" -s) || return 1
+	echo "$out"
+	# fio above wrote and read back 16 MiB.
+	awk '/txdata_octets:/ { tx = $2 } /rxdata_octets:/ { rx = $2 } /scsicmd_pdus:/ { c = $2 }
+		/scsirsp_pdus:/ { r = $2 }
+		END { exit !(tx >= 16777216 && rx >= 16777216 && c > 100 && r == c) }' <<<"$out"
+}
+tmf_count() {
+	iscsiadm -m session -r "$(sid_of "$1")" -s | awk '/tmfrsp_pdus:/ { print $2 }'
+}
+still_logged_in() { test "$(sess_attr "$1" state)" = LOGGED_IN; }
+no_conn_failure() { ! dmesg_has "riser: connection .* failed|conn error|detected conn error"; }
+many_targets() {
+	local i t
+	for ((i = 0; i < MANY; i++)); do
+		t=$LIO/iscsi/iqn.2026-11.org.riser:many-$(printf %04d $i)/tpgt_1
+		mkdir -p "$t/np/$IP:3260" && echo 1 >"$t/np/$IP:3260/iser" &&
+			echo 1 >"$t/enable" || return 1
+	done
+}
+discovery_lists_all() {
+	local out n
+	out=$(iscsi_discover "$IP") || return 1
+	n=$(grep -c " iqn.2026-11.org.riser:many-" <<<"$out")
+	echo "discovery listed $n of $MANY many-* targets, $(wc -c <<<"$out") bytes"
+	[ "$n" = "$MANY" ] && grep -q " $A\$" <<<"$out" && grep -q " $B\$" <<<"$out"
+}
+under_load() {
+	local dev=$1 cmd=$2 pid rc=0
+	fio_verify "$dev" randwrite 64k 16 24M &
+	pid=$!
+	sleep 3
+	sg_reset "$cmd" "$dev" || rc=1
+	sleep 1
+	sg_reset "$cmd" "$dev" || rc=1
+	wait $pid || rc=1
+	return $rc
+}
+# abort_after_timeout IQN DEV: a READ to a LUN that answers in 6 s, with a
+# 2 s SCSI timeout: the midlayer aborts it (an ABORT TASK through libiscsi
+# and riser), then the timeout goes back to 30 s and the retry succeeds.
+abort_after_timeout() {
+	local iqn=$1 dev=$2 t=/sys/block/${2#/dev/}/device/timeout before pid rc=0
+	before=$(tmf_count "$iqn")
+	echo 2 >"$t"
+	dd if="$dev" of=/dev/null bs=4k count=1 skip=777 iflag=direct &
+	pid=$!
+	sleep 3
+	echo 30 >"$t"
+	wait $pid || rc=1
+	echo "TMF responses: $before before, $(tmf_count "$iqn") after"
+	[ "$rc" = 0 ] && [ "$(tmf_count "$iqn")" -gt "$before" ]
+}
+noop_node() {
+	local n=(iscsiadm -m node -T "$A" -p "$IP:3260" -I iser -o update)
+	_iscsi_node "$A" "$IP" iser &&
+		"${n[@]}" -n node.conn[0].timeo.noop_out_interval -v 1 &&
+		"${n[@]}" -n node.conn[0].timeo.noop_out_timeout -v 5
+}
+
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+
+check "soft-RoCE device rxe0 created" setup_rxe $IP
+check "riser's dependencies load" load_deps
+check "insmod riser.ko" insmod "$KO"
+check "null_blk target A" lio_nullblk_target $A $IP 64
+check "rd_mcp target B" lio_rd_target $B $IP 32
+slow_target() { NULLB_DELAY_NS=6000000000 lio_nullblk_target "$C" "$IP" 16; }
+check "null_blk target C answering in 6 s" slow_target
+check "A: ImmediateData=No" lio_set_param $A ImmediateData No
+check "A: InitialR2T=Yes" lio_set_param $A InitialR2T Yes
+check "A: FirstBurstLength=65536" lio_set_param $A FirstBurstLength 65536
+check "A: MaxBurstLength=131072" lio_set_param $A MaxBurstLength 131072
+check "A: target sends NOP-In every 5 s" lio_acl_attrib $A nopin_timeout 5
+check "B: CHAP required" lio_chap $B alice secretsecret12
+check "$MANY more targets on the portal" many_targets
+check "iscsid started" iscsi_start
+check "discovery lists all $((MANY + 2)) targets (SendTargets > one buffer)" discovery_lists_all
+check "A: initiator sends NOP-Out every second" noop_node
+check "login A" iscsi_login $A $IP
+DA=$(iscsi_dev $A 0 60 2>>"$RISER_OUT/guest.log") || DA=
+check "A: block device ($DA)" test -b "$DA"
+check "A: 64 MiB" test "$(blockdev --getsize64 "$DA")" = $((64 << 20))
+check "A: negotiated ImmediateData=No" test "$(sess_attr $A immediate_data)" = 0
+check "A: negotiated InitialR2T=Yes" test "$(sess_attr $A initial_r2t)" = 1
+check "A: negotiated FirstBurstLength=65536" test "$(sess_attr $A first_burst_len)" = 65536
+check "A: negotiated MaxBurstLength=131072" test "$(sess_attr $A max_burst_len)" = 131072
+check "A: fio verify" fio_verify "$DA" randwrite 16k 16 16M
+check "iscsiadm -m session -P 3 shows portal, parameters, disk" p3_shows
+check "iscsiadm -s counts octets and PDUs (get_stats)" stats_count_io
+dmesg_mark
+sleep 12
+check "A: idle 12 s with NOP-Outs every 1 s and NOP-Ins every 5 s: still logged in" still_logged_in $A
+check "A: no connection failure while idle" no_conn_failure
+check "A: I/O after the NOP exchange" fio_verify "$DA" randwrite 4k 4 4M
+expect_fail "B: login without CHAP refused" iscsi_login $B $IP
+check "B: CHAP secret (wrong) in the node record" iscsi_chap $B $IP alice wrongpassword1
+expect_fail "B: login with a wrong CHAP secret refused" iscsi_login $B $IP
+check "B: CHAP secret (right) in the node record" iscsi_chap $B $IP alice secretsecret12
+check "B: login with CHAP" iscsi_login $B $IP
+DB=$(iscsi_dev $B 0 60 2>>"$RISER_OUT/guest.log") || DB=
+check "B: block device ($DB)" test -b "$DB"
+check "two sessions at once" test "$(ls -d /sys/class/iscsi_session/session* | wc -l)" = 2
+two_at_once() {
+	local p rc=0
+	fio_verify "$DA" randwrite 8k 16 16M &
+	p=$!
+	fio_verify "$DB" write 128k 8 16M || rc=1
+	wait $p || rc=1
+	return $rc
+}
+check "fio verify on A and B at once" two_at_once
+check "B: logout" iscsi_logout $B $IP
+check "B: mutual CHAP on the target" lio_chap $B alice secretsecret12 tgtuser tgtsecret1234
+check "B: mutual CHAP in the node record" iscsi_chap $B $IP alice secretsecret12 tgtuser tgtsecret1234
+check "B: login with mutual CHAP" iscsi_login $B $IP
+check "B: logout again" iscsi_logout $B $IP
+dmesg_mark
+check "A: LU reset (sg_reset -d) twice under fio load, data verified" under_load "$DA" -d
+check "A: target reset (sg_reset -t) twice under fio load, data verified" under_load "$DA" -t
+check "A: still logged in after the resets" still_logged_in $A
+check "A: fio verify after the resets" fio_verify "$DA" randwrite 4k 16 8M
+check "A: logout" iscsi_logout $A $IP
+check "C: login" iscsi_login $C $IP
+DC=$(iscsi_dev $C 0 60 2>>"$RISER_OUT/guest.log") || DC=
+check "C: block device ($DC)" test -b "$DC"
+check "C: a timed-out READ is aborted (TMF), then retried to success" abort_after_timeout $C "$DC"
+check "C: still logged in after the abort" still_logged_in $C
+check "C: logout" iscsi_logout $C $IP
+check "no session left" test -z "$(ls /sys/class/iscsi_session/)"
+check "rmmod riser" rmmod riser
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
+check "rxe0 removed" rdma link delete rxe0
+save_dmesg

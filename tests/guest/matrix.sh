@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The negotiation matrix, set on the target (LIO's TPG parameters), data
+# verified in every cell: ImmediateData Yes/No x InitialR2T Yes/No x
+# (FirstBurstLength, MaxBurstLength) from 4 KiB to 256 KiB. Each cell logs
+# in anew, checks that the session negotiated the cell's values, runs fio
+# with crc32c verification over block sizes from 512 bytes to 1 MiB (so
+# commands are smaller than, equal to and larger than the bursts), and logs
+# out. Over rxe (RISER_RDMA=siw for soft-iWARP).
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/guest/target.sh"
+KO=$RISER_TOP/riser.ko
+RDMA=${RISER_RDMA:-rxe}
+if [ "$RDMA" = siw ]; then IP=192.168.78.1; else IP=192.168.77.1; fi
+T=iqn.2026-11.org.riser:matrix
+
+sess_attr() { cat "/sys/class/iscsi_session/$(iscsi_session "$T")/$1"; }
+fio_mix() {
+	local out
+	out=$(fio --name=v --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite \
+		--bssplit=512/10:4k/25:16k/15:64k/20:256k/15:1m/15 --iodepth=8 --size=8M \
+		--verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --verify_state_save=0 \
+		--output-format=terse) || return 1
+	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
+		END { exit !(found && !bad) }' <<<"$out"
+}
+yn() { [ "$1" = Yes ] && echo 1 || echo 0; }
+cell() {
+	local imm=$1 r2t=$2 fb=$3 mb=$4 dev
+	lio_set_param $T ImmediateData "$imm" && lio_set_param $T InitialR2T "$r2t" &&
+		lio_set_param $T MaxBurstLength "$mb" && lio_set_param $T FirstBurstLength "$fb" ||
+		return 1
+	iscsi_login $T $IP || return 1
+	local rc=0
+	dev=$(iscsi_dev $T 0 60) &&
+		[ "$(sess_attr immediate_data)" = "$(yn "$imm")" ] &&
+		[ "$(sess_attr initial_r2t)" = "$(yn "$r2t")" ] &&
+		[ "$(sess_attr first_burst_len)" = "$fb" ] &&
+		[ "$(sess_attr max_burst_len)" = "$mb" ] &&
+		fio_mix "$dev" || rc=1
+	iscsi_logout $T $IP || rc=1
+	return $rc
+}
+
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+
+if [ "$RDMA" = siw ]; then
+	check "soft-iWARP device siw0 created" setup_siw "$IP"
+else
+	check "soft-RoCE device rxe0 created" setup_rxe "$IP"
+fi
+check "riser's dependencies load" load_deps
+check "insmod riser.ko" insmod "$KO"
+check "LIO rd_mcp target ($RDMA)" lio_rd_target $T $IP 32 "$RDMA"
+check "iscsid started" iscsi_start
+for imm in Yes No; do
+	for r2t in Yes No; do
+		for b in 4096:4096 4096:262144 65536:131072 262144:262144; do
+			fb=${b%:*} mb=${b#*:}
+			check "ImmediateData=$imm InitialR2T=$r2t FirstBurst=$fb MaxBurst=$mb: negotiated, fio verified" \
+				cell $imm $r2t "$fb" "$mb"
+		done
+	done
+done
+check "rmmod riser" rmmod riser
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
+if [ "$RDMA" = siw ]; then
+	check "siw0 removed" rdma link delete siw0
+else
+	check "rxe0 removed" rdma link delete rxe0
+fi
+save_dmesg
