@@ -4,8 +4,12 @@
 #
 #   make            build riser.ko against KDIR (default: the kernel scripts/setup built)
 #   make lint       rustfmt --check, clippy with the kernel's lints, W=1 build with -Werror
+#   make demo       boot a guest and show riser at work: soft-RoCE, a LIO target,
+#                   discovery, login, ext4 made, written and read back, logout
 #   make check      lint, host unit tests of the proto layer, then every test
-#                   inside a guest (KUnit, sysfs, unload); ends "N passed, N failed"
+#                   inside guests (KUnit, sysfs, sessions over rxe and siw, the
+#                   negotiation matrix, CHAP, resets, two sessions, discovery of
+#                   many targets, leak scans); ends "N passed, N failed"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
@@ -20,7 +24,11 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean host-test reference
+.PHONY: all modules lint fmt check clean host-test reference demo
+
+# The guest scripts of `make check`, one guest each.
+GUEST_TESTS = tests/guest/check.sh tests/guest/session.sh tests/guest/session-siw.sh \
+	tests/guest/features.sh tests/guest/matrix.sh
 
 all: modules
 
@@ -49,7 +57,11 @@ host-test:
 	CARGO_INCREMENTAL=0 cargo test --manifest-path tests/host/Cargo.toml 2>&1 | tee out/host-test.log
 
 check: lint host-test
-	RISER_HOST_LOG=out/host-test.log tests/run-guest --kdir $(KDIR)
+	RISER_HOST_LOG=out/host-test.log tests/run-guest --kdir $(KDIR) $(GUEST_TESTS)
+
+demo: modules
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) --out out/demo tests/guest/demo.sh; \
+	rc=$$?; cat out/demo/demo.log; exit $$rc
 
 reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh

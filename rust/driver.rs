@@ -8,8 +8,8 @@
 
 use crate::{
     iscsi::{
-        self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, Registry, SessionLimits,
-        Task, TaskRef, Transport, TransportOps,
+        self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, PduRewrite, Registry,
+        SessionLimits, Task, TaskRef, Transport, TransportOps,
     },
     proto::{
         iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
@@ -22,13 +22,13 @@ use crate::{
         conn::{
             ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, SendOp, Wc, UNSIGNALED_TAG,
         },
-        Client, ClientDriver, Cq, Device, DeviceCaps, PollContext, Pd,
+        Client, ClientDriver, Cq, Device, DeviceCaps, Pd, PollContext,
     },
     scsi::{HostLimits, HostTemplate},
 };
 use core::{
     net::SocketAddrV4,
-    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     alloc::{KBox, KVec},
@@ -152,7 +152,7 @@ impl TransportOps for Iser {
             // iscsid older than 2.0-870 passes no endpoint.
             return Ok(SessionLimits {
                 can_queue: cmds_max.min(512),
-                sg_tablesize: u16::try_from(params.sg_tablesize()).unwrap_or(u16::MAX),
+                sg_tablesize: params.sg_tablesize(),
                 max_sectors: params.max_sectors,
                 max_lun: params.max_lun,
                 virt_boundary_4k: true,
@@ -203,7 +203,11 @@ impl TransportOps for Iser {
         }
         let room = ep.res().ok_or(ENOTCONN)?.tx_hdrs.len();
         if conn.cmds_max() as usize > room {
-            pr_err!("bind: session has {} tasks, the connection {}\n", conn.cmds_max(), room);
+            pr_err!(
+                "bind: session has {} tasks, the connection {}\n",
+                conn.cmds_max(),
+                room
+            );
             return Err(EINVAL);
         }
         Ok(())
@@ -213,41 +217,87 @@ impl TransportOps for Iser {
         ep.terminate();
     }
 
-    fn send_pdu_hook(ep: &Arc<IserConn>, hdr: &[u8; 48], data: &[u8]) -> Result {
-        if login::opcode(hdr) != login::OP_LOGIN_REQ || !login::enters_full_feature(hdr) {
-            return Ok(());
+    fn send_pdu_hook(
+        ep: &Arc<IserConn>,
+        hdr: &[u8; 48],
+        data: &[u8],
+    ) -> Result<Option<PduRewrite>> {
+        if login::opcode(hdr) != login::OP_LOGIN_REQ {
+            return Ok(None);
+        }
+        // The initiator declares what it receives per PDU in the full
+        // feature phase; riser declares no more than its receives hold, so
+        // every legal PDU fits (bug 11: ib_iser holds 128 bytes whatever
+        // iscsid declares).
+        let discovery = ep.discovery.load(Ordering::Relaxed) || login::is_discovery(data);
+        if discovery {
+            ep.discovery.store(true, Ordering::Relaxed);
+        }
+        let cap = if discovery {
+            DISCOVERY_RECV_CAP
+        } else {
+            FF_RECV_CAP
+        };
+        let mut rewrite = None;
+        let mut text = data;
+        let mut out = KVec::from_elem(0u8, data.len(), GFP_KERNEL)?;
+        let mut key = "InitiatorRecvDataSegmentLength";
+        let mut n = login::clamp_key(data, key, cap, &mut out);
+        if n.is_none() {
+            key = "MaxRecvDataSegmentLength";
+            n = login::clamp_key(data, key, cap, &mut out);
+        }
+        if let Some(n) = n {
+            out.truncate(n);
+            pr_info!(
+                "declaring {}={} to the target (riser's receive size)\n",
+                key,
+                cap
+            );
+            let mut h = *hdr;
+            // CAST: the text only got shorter; DataSegmentLength is 24 bits.
+            let dsl = (n as u32).to_be_bytes();
+            h[5..8].copy_from_slice(&dsl[1..]);
+            rewrite = Some(PduRewrite { hdr: h, data: out });
+        }
+        if let Some(r) = &rewrite {
+            text = &r.data;
+        }
+        if !login::enters_full_feature(hdr) {
+            return Ok(rewrite);
         }
         // The last login request: make the full-feature receives now, in
-        // process context, sized by what the initiator declares (bug 11).
+        // process context, as large as declared.
         let res = ep.res().ok_or(ENOTCONN)?;
-        let discovery = login::is_discovery(data);
-        let declared = login::declared_recv_dsl(data).unwrap_or(LOGIN_DATA as u32);
-        let (cap, count) = if discovery {
-            (DISCOVERY_RECV_CAP, DISCOVERY_RECVS)
+        let count = if discovery {
+            DISCOVERY_RECVS
         } else {
-            (FF_RECV_CAP, res.sizing.max_recv_wr.saturating_sub(2).max(1))
+            res.sizing.max_recv_wr.saturating_sub(2).max(1)
         };
-        let size = declared.min(cap);
-        if declared > cap {
-            pr_warn!(
-                "initiator declares receiving {} bytes per PDU; riser's full-feature receives \
-                 hold {} (a larger PDU fails the connection)\n",
-                declared,
-                size
-            );
-        }
+        let size = login::declared_recv_dsl(text)
+            .unwrap_or(LOGIN_DATA as u32)
+            .min(cap);
+        ep.recv_size.store(size, Ordering::Relaxed);
         drop(res);
         let dev = ep.res().ok_or(ENOTCONN)?.dev.dev.clone();
         let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
         for _ in 0..count {
-            bufs.push(DmaBuf::new(&dev, HEADERS_LEN + size as usize, DmaDir::FromDevice)?, GFP_KERNEL)?;
+            bufs.push(
+                DmaBuf::new(&dev, HEADERS_LEN + size as usize, DmaDir::FromDevice)?,
+                GFP_KERNEL,
+            )?;
         }
         let res = ep.res().ok_or(ENOTCONN)?;
         if !res.ff_rx.populate(bufs) {
             pr_err!("second final login request on one connection\n");
             return Err(EPROTO);
         }
-        Ok(())
+        Ok(rewrite)
+    }
+
+    fn max_recv_dlength(ep: &IserConn) -> Option<u32> {
+        let n = ep.recv_size.load(Ordering::Relaxed);
+        (n != 0).then_some(n)
     }
 
     fn init_task(ep: &IserConn, _task: &Task<'_, Self>) -> Result {
@@ -273,7 +323,10 @@ impl TransportOps for Iser {
     }
 
     fn data_octets(ep: &IserConn) -> (u64, u64) {
-        (ep.tx_octets.load(Ordering::Relaxed), ep.rx_octets.load(Ordering::Relaxed))
+        (
+            ep.tx_octets.load(Ordering::Relaxed),
+            ep.rx_octets.load(Ordering::Relaxed),
+        )
     }
 
     fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {
@@ -282,35 +335,106 @@ impl TransportOps for Iser {
     }
 }
 
-/// What riser keeps for each RDMA device: its PD, shared by every
-/// connection on the device, and its limits.
+/// What riser keeps for an RDMA device while connections use it: its PD,
+/// shared by those connections, and its limits.
 pub(crate) struct DevCtx {
     dev: DeviceRef,
     pd: Arc<Pd>,
     caps: DeviceCaps,
 }
 
+/// riser's per-device slot (the `ib_client` context): the device context,
+/// made by the first connection on the device and freed with the last.
+#[pin_data]
+pub(crate) struct DevSlot {
+    dev: DeviceRef,
+    #[pin]
+    ctx: Mutex<DevUsers>,
+}
+
+struct DevUsers {
+    ctx: Option<Arc<DevCtx>>,
+    users: usize,
+}
+
+/// A connection's use of a device context; dropping it (in process context)
+/// frees the context with the last user.
+pub(crate) struct DevUse {
+    ctx: Arc<DevCtx>,
+    slot: Arc<DevSlot>,
+}
+
+impl DevUse {
+    fn new(slot: Arc<DevSlot>) -> Result<Self> {
+        let mut g = slot.ctx.lock();
+        let ctx = match &g.ctx {
+            Some(c) => c.clone(),
+            None => {
+                let dev = slot.dev.device();
+                let c = Arc::new(
+                    DevCtx {
+                        dev: slot.dev.clone(),
+                        pd: Arc::new(Pd::new(dev)?, GFP_KERNEL)?,
+                        caps: dev.caps(),
+                    },
+                    GFP_KERNEL,
+                )?;
+                g.ctx = Some(c.clone());
+                c
+            }
+        };
+        g.users += 1;
+        drop(g);
+        Ok(Self { ctx, slot })
+    }
+}
+
+impl core::ops::Deref for DevUse {
+    type Target = DevCtx;
+
+    fn deref(&self) -> &DevCtx {
+        &self.ctx
+    }
+}
+
+impl Drop for DevUse {
+    fn drop(&mut self) {
+        let last = {
+            let mut g = self.slot.ctx.lock();
+            g.users -= 1;
+            if g.users == 0 {
+                g.ctx.take()
+            } else {
+                None
+            }
+        };
+        if last.is_some() {
+            pr_debug!("last connection on the device gone: its PD is freed\n");
+        }
+    }
+}
+
 impl ClientDriver for Iser {
-    type Context = Arc<DevCtx>;
+    type Context = Arc<DevSlot>;
     const NAME: &'static CStr = c"riser";
 
-    fn add(dev: &Device) -> Result<KBox<Arc<DevCtx>>> {
-        let ctx = Arc::new(
-            DevCtx {
-                dev: DeviceRef::new(dev)?,
-                pd: Arc::new(Pd::new(dev)?, GFP_KERNEL)?,
-                caps: dev.caps(),
-            },
+    fn add(dev: &Device) -> Result<KBox<Arc<DevSlot>>> {
+        let dev = DeviceRef::new(dev)?;
+        let slot = Arc::pin_init(
+            pin_init!(DevSlot {
+                dev,
+                ctx <- new_mutex!(DevUsers { ctx: None, users: 0 }),
+            }),
             GFP_KERNEL,
         )?;
-        KBox::new(ctx, GFP_KERNEL).map_err(Into::into)
+        KBox::new(slot, GFP_KERNEL).map_err(Into::into)
     }
 
-    fn remove(dev: &Device, ctx: &Arc<DevCtx>) {
+    fn remove(dev: &Device, slot: &Arc<DevSlot>) {
         pr_debug!(
-            "device {} going away (local_dma_lkey {:#x})\n",
+            "device {} going away ({} connections on it)\n",
             BStr::from_bytes(dev.name().as_bytes()),
-            ctx.pd.local_dma_lkey()
+            slot.ctx.lock().users
         );
     }
 }
@@ -347,6 +471,10 @@ pub(crate) struct IserConn {
     params: Params,
     /// Established and not torn down: what atomic paths check.
     up: AtomicBool,
+    /// A discovery session's connection.
+    discovery: AtomicBool,
+    /// Data bytes each full-feature receive holds, once known.
+    recv_size: AtomicU32,
     /// SCSI data octets written and read through this connection.
     tx_octets: AtomicU64,
     rx_octets: AtomicU64,
@@ -359,7 +487,7 @@ pub(crate) struct IserConn {
 #[pin_data]
 struct Res {
     conn: Connection<IserConn>,
-    dev: Arc<DevCtx>,
+    dev: DevUse,
     sizing: ConnSizing,
     login_tx: Arc<DmaBuf>,
     login_rx: Arc<DmaBuf>,
@@ -418,7 +546,7 @@ impl Bufs {
 impl Res {
     fn new(
         conn: Connection<IserConn>,
-        dev: Arc<DevCtx>,
+        dev: DevUse,
         sizing: ConnSizing,
         b: Bufs,
         remote_inv: bool,
@@ -438,7 +566,6 @@ impl Res {
         })
     }
 }
-
 
 /// Send tag 0 is the login/text buffer, 1..=N the task slots, then the
 /// Data-Out headers.
@@ -468,7 +595,10 @@ impl Res {
         let hdrs = Self::headers(IserHeader::default(), &bhs)?;
         let (tag, buf) = if data.is_empty() {
             let idx = task.index();
-            (Self::task_tag(idx), self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?)
+            (
+                Self::task_tag(idx),
+                self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?,
+            )
         } else {
             if data.len() > LOGIN_DATA {
                 return Err(EINVAL);
@@ -541,7 +671,10 @@ impl Res {
                     return Err(EINVAL);
                 }
                 if dir == Direction::Read {
-                    iser.read = Some(StagVa { stag: r.rkey, va: r.iova });
+                    iser.read = Some(StagVa {
+                        stag: r.rkey,
+                        va: r.iova,
+                    });
                 } else {
                     // Immediate data plus unsolicited Data-Outs: the target
                     // RDMA-READs only what follows them.
@@ -579,11 +712,10 @@ impl Res {
         };
         let remote_write = dir == Direction::Read;
         match (inv, reg) {
-            (true, Some(_)) => self.conn.post_send(&[
-                SendOp::LocalInv { mr: idx },
-                reg_op(remote_write),
-                send,
-            ])?,
+            (true, Some(_)) => {
+                self.conn
+                    .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])?
+            }
             (false, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send])?,
             _ => self.conn.post_send(&[send])?,
         }
@@ -604,7 +736,10 @@ impl Res {
             let buf = &self.dataout[slot as usize];
             let hdrs = Self::headers(IserHeader::default(), &d.bhs)?;
             let sent = buf.write(0, &hdrs).and_then(|()| {
-                let sges = [buf.sge(0, HEADERS_LEN, self.conn.pd())?, r.sge(d.offset, d.len)?];
+                let sges = [
+                    buf.sge(0, HEADERS_LEN, self.conn.pd())?,
+                    r.sge(d.offset, d.len)?,
+                ];
                 self.conn.post_send(&[SendOp::Send {
                     tag: self.dataout_tag(slot),
                     sges: &sges,
@@ -637,6 +772,8 @@ impl IserConn {
                 dst,
                 params,
                 up: AtomicBool::new(false),
+                discovery: AtomicBool::new(false),
+                recv_size: AtomicU32::new(0),
                 tx_octets: AtomicU64::new(0),
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
@@ -714,7 +851,8 @@ impl IserConn {
         let ctx = ev
             .device()
             .and_then(Client::<Iser>::context_of)
-            .ok_or(ENODEV);
+            .ok_or(ENODEV)
+            .and_then(DevUse::new);
         let ctx = match ctx {
             Ok(c) => c,
             Err(e) => {
@@ -734,7 +872,12 @@ impl IserConn {
             pr_err!("the RDMA device's limits are too small for iSER\n");
             return Err(EINVAL);
         };
-        let cq = match Cq::from_pool(ctx.dev.device(), sizing.cq_entries, -1, PollContext::SoftIrq) {
+        let cq = match Cq::from_pool(
+            ctx.dev.device(),
+            sizing.cq_entries,
+            -1,
+            PollContext::SoftIrq,
+        ) {
             Ok(cq) => cq,
             Err(e) => {
                 st.pending = Some(id);
@@ -912,7 +1055,12 @@ impl CmHandler for IserConn {
             | CmEvent::Rejected(s)
             | CmEvent::ConnectError(s)
             | CmEvent::Unreachable(s) => {
-                pr_err!("connecting to {} failed: {:?} (status {})\n", Addr(self.dst), event, s);
+                pr_err!(
+                    "connecting to {} failed: {:?} (status {})\n",
+                    Addr(self.dst),
+                    event,
+                    s
+                );
                 if st.phase == Phase::Connecting {
                     st.phase = Phase::Failed;
                 }
@@ -975,7 +1123,11 @@ impl QpHandler for IserConn {
         if tag > cmds {
             let _ = res.dataout_free.lock().push(tag - 1 - cmds, GFP_ATOMIC);
         } else if tag >= 1 {
-            let put = res.puts.lock().get_mut(tag as usize - 1).and_then(Option::take);
+            let put = res
+                .puts
+                .lock()
+                .get_mut(tag as usize - 1)
+                .and_then(Option::take);
             drop(put);
         }
     }

@@ -111,6 +111,14 @@ use crate::rdma::conn::DeviceRef;
 use core::net::SocketAddrV4;
 use kernel::sync::Arc;
 
+/// A PDU to send in place of the one iscsid built.
+pub(crate) struct PduRewrite {
+    /// The BHS.
+    pub(crate) hdr: [u8; 48],
+    /// The data segment.
+    pub(crate) data: kernel::alloc::KVec<u8>,
+}
+
 /// Limits of a new session's SCSI host, chosen by the transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SessionLimits {
@@ -194,9 +202,20 @@ pub(crate) trait TransportOps: 'static + Sized {
     fn stop(_ep: &Arc<Self::Ep>) {}
 
     /// iscsid sends a PDU it built (login, text, logout, NOP): `hdr` is its
-    /// BHS and `data` its data segment, seen before libiscsi queues it.
-    fn send_pdu_hook(_ep: &Arc<Self::Ep>, _hdr: &[u8; 48], _data: &[u8]) -> Result {
-        Ok(())
+    /// BHS and `data` its data segment, seen before libiscsi queues it. The
+    /// transport may send a rewritten PDU instead.
+    fn send_pdu_hook(
+        _ep: &Arc<Self::Ep>,
+        _hdr: &[u8; 48],
+        _data: &[u8],
+    ) -> Result<Option<PduRewrite>> {
+        Ok(None)
+    }
+
+    /// The most data the endpoint's connection receives per PDU, which
+    /// `max_recv_dlength` (sysfs, iscsiadm) reports, if the transport knows.
+    fn max_recv_dlength(_ep: &Self::Ep) -> Option<u32> {
+        None
     }
 
     /// SCSI data octets moved (written, read) on the endpoint's connection:
@@ -247,7 +266,7 @@ mod tests {
             attr == Attr::Host(host_param::INITIATOR_NAME)
         }
 
-        fn conn_slot(_: &()) -> &ConnSlot {
+        fn conn_slot((): &()) -> &ConnSlot {
             &SLOT
         }
     }
@@ -272,16 +291,26 @@ mod tests {
 
     #[test]
     fn a_transport_name_registers_once() -> Result {
-        let first = KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL)?;
+        let first = KBox::pin_init(
+            Transport::<TestTransport>::new(module(), test_template()),
+            GFP_KERNEL,
+        )?;
         assert_eq!(first.host_template().proc_name(), c"riser_kunit");
         // scsi_transport_iscsi refuses a second transport of the same name.
         assert_eq!(
-            KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL).err(),
+            KBox::pin_init(
+                Transport::<TestTransport>::new(module(), test_template()),
+                GFP_KERNEL
+            )
+            .err(),
             Some(EEXIST)
         );
         // Unregistering frees the name.
         drop(first);
-        let again = KBox::pin_init(Transport::<TestTransport>::new(module(), test_template()), GFP_KERNEL)?;
+        let again = KBox::pin_init(
+            Transport::<TestTransport>::new(module(), test_template()),
+            GFP_KERNEL,
+        )?;
         drop(again);
         Ok(())
     }

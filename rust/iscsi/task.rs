@@ -295,7 +295,12 @@ impl Conn {
         // SAFETY: The connection is live (type invariant); libiscsi copies
         // what it keeps of `data`, which it only reads.
         let rc = unsafe {
-            bindings::iscsi_complete_pdu(self.ptr.as_ptr(), &mut h, data.as_ptr().cast_mut().cast(), len)
+            bindings::iscsi_complete_pdu(
+                self.ptr.as_ptr(),
+                &mut h,
+                data.as_ptr().cast_mut().cast(),
+                len,
+            )
         };
         // CAST: the error codes are small positive numbers.
         if rc != 0 && rc != bindings::iscsi_err_ISCSI_ERR_NO_SCSI_CMD as c_int {
@@ -307,7 +312,12 @@ impl Conn {
     /// Fails the connection: libiscsi starts recovery through iscsid.
     pub(crate) fn failure(&self) {
         // SAFETY: The connection is live (type invariant).
-        unsafe { bindings::iscsi_conn_failure(self.ptr.as_ptr(), bindings::iscsi_err_ISCSI_ERR_CONN_FAILED) };
+        unsafe {
+            bindings::iscsi_conn_failure(
+                self.ptr.as_ptr(),
+                bindings::iscsi_err_ISCSI_ERR_CONN_FAILED,
+            )
+        };
     }
 }
 

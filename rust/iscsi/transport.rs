@@ -75,7 +75,9 @@ unsafe impl<T: TransportOps> Sync for Transport<T> {}
 /// # Safety
 ///
 /// `conn` must be a live connection of a session of transport `T`.
-unsafe fn bound_ep<'a, T: TransportOps>(conn: *mut bindings::iscsi_conn) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
+unsafe fn bound_ep<'a, T: TransportOps>(
+    conn: *mut bindings::iscsi_conn,
+) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
     // SAFETY: The connection is live; `dd_data` holds one pointer.
     let p = unsafe { *(*conn).dd_data.cast::<*mut c_void>() };
     // SAFETY: A non-null pointer came from `Arc::into_foreign` at bind and
@@ -134,7 +136,7 @@ impl<T: TransportOps> Transport<T> {
                 t.start_conn = Some(bindings::iscsi_conn_start);
                 t.stop_conn = Some(stop_conn_callback::<T>);
                 t.destroy_conn = Some(destroy_conn_callback::<T>);
-                t.set_param = Some(set_param_callback);
+                t.set_param = Some(set_param_callback::<T>);
                 t.get_ep_param = Some(get_ep_param_callback::<T>);
                 t.get_conn_param = Some(bindings::iscsi_conn_get_param);
                 t.get_session_param = Some(bindings::iscsi_session_get_param);
@@ -236,8 +238,12 @@ unsafe extern "C" fn create_session_callback<T: TransportOps>(
     qdepth: u16,
     initial_cmdsn: u32,
 ) -> *mut bindings::iscsi_cls_session {
-    // SAFETY: `ep` is null or live (function contract).
-    let ep = if ep.is_null() { None } else { unsafe { ep_borrow::<T>(ep) } };
+    let ep = if ep.is_null() {
+        None
+    } else {
+        // SAFETY: A non-null `ep` is live (function contract).
+        unsafe { ep_borrow::<T>(ep) }
+    };
     let ep: Option<Arc<T::Ep>> = ep.map(Into::into);
     match create_session::<T>(ep.as_ref(), cmds_max, qdepth, initial_cmdsn) {
         Ok(s) => s.as_ptr(),
@@ -331,7 +337,9 @@ fn create_session<T: TransportOps>(
 ///
 /// Called by scsi_transport_iscsi only, with a session made by
 /// `create_session_callback::<T>`.
-unsafe extern "C" fn destroy_session_callback<T: TransportOps>(cls: *mut bindings::iscsi_cls_session) {
+unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
+    cls: *mut bindings::iscsi_cls_session,
+) {
     // SAFETY: The session is live and was made by `create_session`, which
     // initialised every task slot; libiscsi uses no task any more.
     unsafe {
@@ -444,7 +452,10 @@ unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live connection.
-unsafe extern "C" fn stop_conn_callback<T: TransportOps>(cls_conn: *mut bindings::iscsi_cls_conn, flag: c_int) {
+unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    flag: c_int,
+) {
     // SAFETY: The connection is live.
     let conn = unsafe { conn_of(cls_conn) };
     // SAFETY: As above.
@@ -463,7 +474,9 @@ unsafe extern "C" fn stop_conn_callback<T: TransportOps>(cls_conn: *mut bindings
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live, stopped connection.
-unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(cls_conn: *mut bindings::iscsi_cls_conn) {
+unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+) {
     // SAFETY: The connection is live; a binding left without stop is
     // released before libiscsi frees the connection.
     unsafe {
@@ -476,7 +489,7 @@ unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(cls_conn: *mut bindi
 ///
 /// Called by scsi_transport_iscsi only, with a live connection and a
 /// NUL-terminated `buf` of `buflen` bytes.
-unsafe extern "C" fn set_param_callback(
+unsafe extern "C" fn set_param_callback<T: TransportOps>(
     cls_conn: *mut bindings::iscsi_cls_conn,
     param: bindings::iscsi_param,
     buf: *mut c_char,
@@ -503,8 +516,47 @@ unsafe extern "C" fn set_param_callback(
         }
         return 0;
     }
+    if param == bindings::iscsi_param_ISCSI_PARAM_MAX_RECV_DLENGTH {
+        // What the connection receives is the transport's to say.
+        // SAFETY: The connection is live (contract).
+        let ep = unsafe { bound_ep::<T>(conn_of(cls_conn)) };
+        // SAFETY: `buf` is a NUL-terminated string (contract).
+        let asked = unsafe { CStr::from_char_ptr(buf) }
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let (Some(have), Some(asked)) = (ep.and_then(|e| T::max_recv_dlength(&e)), asked) {
+            if asked > have {
+                let mut s = [0u8; 12];
+                let n = fmt_u32(have, &mut s);
+                // SAFETY: `s` is a NUL-terminated decimal number.
+                return unsafe {
+                    bindings::iscsi_set_param(cls_conn, param, s.as_mut_ptr().cast(), n as c_int)
+                };
+            }
+        }
+    }
     // SAFETY: Forwarded unchanged (function contract).
     unsafe { bindings::iscsi_set_param(cls_conn, param, buf, buflen) }
+}
+
+/// Writes `v` in decimal and a NUL into `out`; the length without the NUL.
+fn fmt_u32(mut v: u32, out: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // CAST: a decimal digit.
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let n = digits.len() - i;
+    out[..n].copy_from_slice(&digits[i..]);
+    out[n] = 0;
+    n
 }
 
 /// # Safety
@@ -564,6 +616,7 @@ unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
 ) -> c_int {
     // SAFETY: The connection is live (contract).
     let conn = unsafe { conn_of(cls_conn) };
+    let mut rewrite = None;
     // SAFETY: As above.
     if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
         // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
@@ -578,12 +631,30 @@ unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             )
         };
         let ep: Arc<T::Ep> = ep.into();
-        if let Err(e) = T::send_pdu_hook(&ep, &h, d) {
-            return e.to_errno();
+        match T::send_pdu_hook(&ep, &h, d) {
+            Ok(r) => rewrite = r,
+            Err(e) => return e.to_errno(),
         }
     }
-    // SAFETY: Forwarded unchanged (contract).
-    unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) }
+    match rewrite {
+        Some(mut r) => {
+            let mut h = bindings::iscsi_hdr::default();
+            // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
+            unsafe {
+                core::ptr::copy_nonoverlapping(r.hdr.as_ptr(), (&raw mut h).cast::<u8>(), BHS_LEN)
+            };
+            let Ok(len) = u32::try_from(r.data.len()) else {
+                return EINVAL.to_errno();
+            };
+            // SAFETY: The connection is live; libiscsi copies the header and
+            // `len` bytes of data before returning.
+            unsafe {
+                bindings::iscsi_conn_send_pdu(cls_conn, &mut h, r.data.as_mut_ptr().cast(), len)
+            }
+        }
+        // SAFETY: Forwarded unchanged (contract).
+        None => unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) },
+    }
 }
 
 /// # Safety
@@ -616,7 +687,10 @@ unsafe extern "C" fn get_stats_callback<T: TransportOps>(
 /// # Safety
 ///
 /// Called by libiscsi only, with a live task of a session of `T`.
-unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(task: *mut bindings::iscsi_task, _opcode: u8) -> c_int {
+unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
+    task: *mut bindings::iscsi_task,
+    _opcode: u8,
+) -> c_int {
     // SAFETY: The task's dd_data holds its slot (made at session creation);
     // the header lives there for the session's life.
     unsafe {
@@ -688,7 +762,9 @@ unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
 ) -> *mut bindings::iscsi_endpoint {
     // SAFETY: `dst` is a socket address from netlink, at least a
     // `sockaddr_storage` in size.
-    let addr = unsafe { crate::rdma::conn::sockaddr_v4(&*dst.cast::<bindings::__kernel_sockaddr_storage>()) };
+    let addr = unsafe {
+        crate::rdma::conn::sockaddr_v4(&*dst.cast::<bindings::__kernel_sockaddr_storage>())
+    };
     let Some(addr) = addr else {
         pr_err!("ep_connect: only IPv4 portals are supported\n");
         return ERR_PTR(EAFNOSUPPORT);
@@ -721,7 +797,10 @@ fn ERR_PTR<T>(e: Error) -> *mut T {
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live endpoint.
-unsafe extern "C" fn ep_poll_callback<T: TransportOps>(ep: *mut bindings::iscsi_endpoint, timeout_ms: c_int) -> c_int {
+unsafe extern "C" fn ep_poll_callback<T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+    timeout_ms: c_int,
+) -> c_int {
     // SAFETY: A live endpoint of this transport.
     let Some(e) = (unsafe { ep_borrow::<T>(ep) }) else {
         return -1;

@@ -104,6 +104,53 @@ pub(crate) fn is_discovery(text: &[u8]) -> bool {
     key(text, "SessionType") == Some(b"Discovery")
 }
 
+/// Rewrites the text of a login request so that `key`, a number, is at most
+/// `max`: the initiator declares no more than its receives hold. The result
+/// goes to `out` (at least as long as `text`); returns its length, or `None`
+/// when `text` needs no change (key absent, or already small enough).
+pub(crate) fn clamp_key(text: &[u8], key: &str, max: u32, out: &mut [u8]) -> Option<usize> {
+    let mut digits = [0u8; 10];
+    let mut n = max;
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // CAST: a decimal digit.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let new_value = &digits[i..];
+    let mut changed = false;
+    let mut len = 0;
+    let mut first = true;
+    for pair in text.split(|&b| b == 0) {
+        if !first {
+            *out.get_mut(len)? = 0;
+            len += 1;
+        }
+        first = false;
+        let value = pair
+            .iter()
+            .position(|&b| b == b'=')
+            .filter(|&eq| &pair[..eq] == key.as_bytes())
+            .map(|eq| (eq, &pair[eq + 1..]));
+        let piece: &[&[u8]] = match value {
+            Some((eq, v)) if number(v).is_some_and(|x| x > max) => {
+                changed = true;
+                &[&pair[..=eq], new_value]
+            }
+            _ => &[pair],
+        };
+        for part in piece {
+            out.get_mut(len..len + part.len())?.copy_from_slice(part);
+            len += part.len();
+        }
+    }
+    changed.then_some(len)
+}
+
 #[cfg(MODULE)]
 use kernel::prelude::kunit_tests;
 
@@ -123,7 +170,14 @@ mod tests {
     fn stage_fields_decode() {
         // Immediate bit, T=1, CSG=1 (operational), NSG=3 (full feature).
         let b = bhs(0x40 | OP_LOGIN_REQ, 0x80 | (1 << 2) | 3);
-        assert_eq!(stage(&b), Some(Stage { transit: true, csg: 1, nsg: 3 }));
+        assert_eq!(
+            stage(&b),
+            Some(Stage {
+                transit: true,
+                csg: 1,
+                nsg: 3
+            })
+        );
         assert!(enters_full_feature(&b));
         // No transit: stays in its stage whatever NSG says.
         assert!(!enters_full_feature(&bhs(OP_LOGIN_REQ, (1 << 2) | 3)));
@@ -163,6 +217,40 @@ mod tests {
     }
 
     #[test]
+    fn clamp_rewrites_only_a_larger_value() {
+        let t = b"HeaderDigest=None\0InitiatorRecvDataSegmentLength=262144\0MaxBurstLength=1\0";
+        let mut out = [0u8; 128];
+        let n = clamp_key(t, "InitiatorRecvDataSegmentLength", 8192, &mut out);
+        assert_eq!(n, Some(t.len() - 2));
+        let want = b"HeaderDigest=None\0InitiatorRecvDataSegmentLength=8192\0MaxBurstLength=1\0";
+        assert_eq!(&out[..t.len() - 2], &want[..]);
+        // A value already within the limit, a hex one too, or no key: unchanged.
+        assert_eq!(
+            clamp_key(&want[..], "InitiatorRecvDataSegmentLength", 8192, &mut out),
+            None
+        );
+        assert_eq!(
+            clamp_key(
+                b"InitiatorRecvDataSegmentLength=0x100\0",
+                "InitiatorRecvDataSegmentLength",
+                8192,
+                &mut out
+            ),
+            None
+        );
+        assert_eq!(
+            clamp_key(b"A=1\0", "InitiatorRecvDataSegmentLength", 8192, &mut out),
+            None
+        );
+        // Hex above the limit is rewritten in decimal.
+        let n = clamp_key(b"X=0x40000", "X", 8192, &mut out);
+        assert_eq!(n, Some(6));
+        assert_eq!(&out[..6], b"X=8192");
+        // An output buffer too small is refused, not overrun.
+        assert_eq!(clamp_key(b"X=100000", "X", 8192, &mut out[..3]), None);
+    }
+
+    #[test]
     fn numbers_reject_garbage_and_overflow() {
         assert_eq!(number(b"262144"), Some(262144));
         assert_eq!(number(b"0x2000"), Some(8192));
@@ -172,6 +260,9 @@ mod tests {
         assert_eq!(number(b"-1"), None);
         assert_eq!(number(b"4294967296"), None);
         assert_eq!(number(b"99999999999"), None);
-        assert_eq!(declared_recv_dsl(b"InitiatorRecvDataSegmentLength=x\0"), None);
+        assert_eq!(
+            declared_recv_dsl(b"InitiatorRecvDataSegmentLength=x\0"),
+            None
+        );
     }
 }

@@ -56,8 +56,8 @@ impl CmEvent {
                 // SAFETY: For ESTABLISHED the `conn` member of the union is
                 // the one the CM filled.
                 let conn = unsafe { ev.param.conn.as_ref() };
-                let private = (!conn.private_data.is_null() && conn.private_data_len >= 4)
-                    .then(|| {
+                let private =
+                    (!conn.private_data.is_null() && conn.private_data_len >= 4).then(|| {
                         // SAFETY: The CM's private data holds at least
                         // `private_data_len` readable bytes.
                         unsafe { core::ptr::read_unaligned(conn.private_data.cast::<[u8; 4]>()) }

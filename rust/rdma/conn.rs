@@ -133,9 +133,8 @@ impl DmaBuf {
             return Err(ENOMEM);
         }
         // SAFETY: `ptr` points to `len` bytes owned by this function.
-        let addr = unsafe {
-            bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, dir.raw())
-        };
+        let addr =
+            unsafe { bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, dir.raw()) };
         // SAFETY: `addr` was returned by the mapping just above.
         if unsafe { bindings::riser_ib_dma_mapping_error(dev.raw(), addr) } != 0 {
             // SAFETY: The parts came from `into_raw_parts` above.
@@ -217,7 +216,12 @@ impl Drop for DmaBuf {
         // SAFETY: The buffer is mapped at `addr` and was allocated as a
         // `KVec` of capacity `len` (type invariant); nothing refers to it.
         unsafe {
-            bindings::riser_ib_dma_unmap_single(self.dev.raw(), self.addr, self.len, self.dir.raw());
+            bindings::riser_ib_dma_unmap_single(
+                self.dev.raw(),
+                self.addr,
+                self.len,
+                self.dir.raw(),
+            );
             drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
         }
     }
@@ -258,7 +262,8 @@ impl DmaSg {
         let sgl = NonNull::new(sgl).ok_or(EINVAL)?;
         let nents = c_int::try_from(nents)?;
         // SAFETY: `sgl` is valid for `nents` entries (function contract).
-        let count = unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
+        let count =
+            unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
         if count <= 0 {
             return Err(ENOMEM);
         }
@@ -284,7 +289,12 @@ impl Drop for DmaSg {
         // SAFETY: Mapped with these arguments (type invariant); unmapping
         // takes the original entry count.
         unsafe {
-            bindings::riser_ib_dma_unmap_sg(self.dev.raw(), self.sgl.as_ptr(), self.nents, self.dir.raw())
+            bindings::riser_ib_dma_unmap_sg(
+                self.dev.raw(),
+                self.sgl.as_ptr(),
+                self.nents,
+                self.dir.raw(),
+            )
         };
     }
 }
@@ -386,7 +396,10 @@ struct Tag {
 }
 
 impl Tag {
-    fn new(id: u32, done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc)) -> Self {
+    fn new(
+        id: u32,
+        done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc),
+    ) -> Self {
         Self {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
@@ -571,9 +584,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         };
         // SAFETY: The id is valid and route-resolved; `pd` and `cq` are
         // valid; `attr` outlives the call.
-        if let Err(e) =
-            to_result(unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) })
-        {
+        let created = unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) };
+        if let Err(e) = to_result(created) {
             return Err((id, e));
         }
         // SAFETY: `rdma_create_qp` succeeded, so the id holds the new QP.
@@ -705,7 +717,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: `sg` is a valid DMA-mapped scatterlist of `count` segments;
         // the MR is valid.
         let n = unsafe {
-            bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), kernel::page::PAGE_SIZE as u32)
+            bindings::ib_map_mr_sg(
+                p,
+                sg.sgl.as_ptr(),
+                count,
+                null_mut(),
+                kernel::page::PAGE_SIZE as u32,
+            )
         };
         if n != count {
             return Err(EINVAL);
@@ -724,12 +742,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Whether MR `mr` is registered and not yet invalidated.
     pub(crate) fn mr_valid(&self, mr: u32) -> bool {
-        self.mrs.get(mr as usize).is_some_and(|s| s.valid.load(Ordering::Acquire))
+        self.mrs
+            .get(mr as usize)
+            .is_some_and(|s| s.valid.load(Ordering::Acquire))
     }
 
     /// The rkey of MR `mr`'s last posted registration.
     pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
-        self.mrs.get(mr as usize).map(|s| s.reg_rkey.load(Ordering::Acquire))
+        self.mrs
+            .get(mr as usize)
+            .map(|s| s.reg_rkey.load(Ordering::Acquire))
     }
 
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
@@ -753,7 +775,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             let w = &mut regs[i];
             match op {
                 SendOp::LocalInv { mr } => {
-                    let rkey = &self.mrs.get(*mr as usize).ok_or(EINVAL)?.reg_rkey.load(Ordering::Acquire);
+                    let rkey = &self
+                        .mrs
+                        .get(*mr as usize)
+                        .ok_or(EINVAL)?
+                        .reg_rkey
+                        .load(Ordering::Acquire);
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                     // SAFETY: Writing union members.
                     unsafe {
@@ -777,7 +804,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     // CAST: the access flags fit an int.
                     w.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
                 }
-                SendOp::Send { tag, sges: list, keep } => {
+                SendOp::Send {
+                    tag,
+                    sges: list,
+                    keep,
+                } => {
                     if list.is_empty() || list.len() > 2 {
                         return Err(EINVAL);
                     }
@@ -787,7 +818,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     }
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
                     // SAFETY: Writing the `wr_cqe` member of the union.
-                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut() };
+                    unsafe {
+                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut()
+                    };
                     w.wr.sg_list = sges[i].as_mut_ptr();
                     // CAST: one or two entries.
                     w.wr.num_sge = list.len() as c_int;
@@ -811,7 +844,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: The QP is valid; the chain, its entries and the MRs it
         // names outlive the call (providers copy work requests when posting);
         // buffers are held by their tags until completion.
-        let r = to_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad) });
+        let r = to_result(unsafe {
+            bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
+        });
         match r {
             Ok(()) => {
                 for op in ops {
@@ -904,7 +939,8 @@ impl<H: CmHandler + QpHandler> Drop for Connection<H> {
 pub(crate) fn sockaddr_v4(ss: &bindings::__kernel_sockaddr_storage) -> Option<SocketAddrV4> {
     // SAFETY: Every bit pattern is a valid `sockaddr_in`, which is no larger
     // than the storage.
-    let sin: bindings::sockaddr_in = unsafe { core::ptr::read((ss as *const _ as *const u8).cast()) };
+    let sin: bindings::sockaddr_in =
+        unsafe { core::ptr::read(core::ptr::from_ref(ss).cast::<bindings::sockaddr_in>()) };
     // CAST: AF_INET fits the family type.
     if sin.sin_family != bindings::AF_INET as bindings::__kernel_sa_family_t {
         return None;

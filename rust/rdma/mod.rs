@@ -14,4 +14,4 @@ mod device;
 mod verbs;
 
 pub(crate) use device::{Client, ClientDriver, Device, DeviceCaps};
-pub(crate) use verbs::{Cq, PollContext, Pd};
+pub(crate) use verbs::{Cq, Pd, PollContext};

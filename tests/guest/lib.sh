@@ -60,3 +60,29 @@ collect_kunit() {
 		[ -d "$d" ] && cp "$d/results" "$RISER_OUT/kunit/$(basename "$d")"
 	done
 }
+
+# kmemleak: forget what was allocated before (boot, module loading), so only
+# what the test allocates can be reported.
+kmemleak_clear() {
+	[ -d /sys/kernel/debug/kmemleak ] || [ -e /sys/kernel/debug/kmemleak ] ||
+		mount -t debugfs none /sys/kernel/debug 2>/dev/null
+	echo clear >/sys/kernel/debug/kmemleak
+}
+
+# kmemleak_report FILE: scan (twice, as kmemleak wants objects seen
+# unreferenced by two scans) and save the suspected leaks to FILE; prints
+# their number.
+kmemleak_report() {
+	echo scan >/sys/kernel/debug/kmemleak && sleep 6 &&
+		echo scan >/sys/kernel/debug/kmemleak || return 1
+	cat /sys/kernel/debug/kmemleak >"$1"
+	grep -c "^unreferenced object" "$1"
+}
+
+# no_leak_from_riser FILE: kmemleak_report found nothing allocated by riser
+# (or by libiscsi, the SCSI midlayer or the RDMA core on riser's behalf,
+# which show riser in the backtrace).
+no_leak_from_riser() {
+	kmemleak_report "$1" >/dev/null
+	! grep -q '\[riser\]' "$1"
+}

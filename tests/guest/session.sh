@@ -51,13 +51,15 @@ fs_roundtrip() {
 	cmp /tmp/a.bin "$MNT/a.bin" && seq 1 20000 | cmp - "$MNT/b.txt" || ok=1
 	umount "$MNT" && return $ok
 }
-# fio_verify RW BS QD: write and verify with crc32c over 16 MiB. fio's exit
+# fio_verify RW BS QD: write and verify with crc32c, over 256 KiB for
+# 512-byte blocks, 1 MiB for 4 KiB, 4 MiB for 64 KiB and 8 MiB above (the
+# guest is emulated, with lockdep and kmemleak on). fio's exit
 # status alone is not trusted (it exits 0 when it refuses to start): its
 # terse line must be there and report error 0.
 fio_verify() {
 	local out
 	out=$(fio --name=v --filename="$DEV" --direct=1 --ioengine=libaio --rw="$1" --bs="$2" \
-		--iodepth="$3" --size=16M --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--iodepth="$3" --size="$(case $2 in 512) echo 256k ;; 4k) echo 1M ;; 64k) echo 4M ;; *) echo 8M ;; esac)" --verify=crc32c --do_verify=1 --verify_fatal=1 \
 		--randrepeat=0 --verify_state_save=0 --output-format=terse) || return 1
 	echo "$out" | cut -c1-200
 	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
@@ -75,6 +77,7 @@ fi
 check "riser's dependencies load" load_deps
 dmesg_mark
 check "insmod riser.ko" insmod "$KO"
+check "kmemleak cleared" kmemleak_clear
 check "LIO rd_mcp target with an iSER portal ($RDMA)" lio_rd_target "$IQN" "$IP" 64 "$RDMA"
 check "iscsid started" iscsi_start
 check "discovery over iser finds $IQN" discovery_finds_target
@@ -97,7 +100,12 @@ check "logout" iscsi_logout "$IQN" "$IP"
 echo "riser refcnt after logout: $(cat /sys/module/riser/refcnt)" >>"$RISER_OUT/guest.log"
 ls /sys/class/iscsi_endpoint /sys/class/iscsi_session /sys/class/scsi_host >>"$RISER_OUT/guest.log" 2>&1
 check "no session left" no_session_left
+check "kmemleak: nothing riser allocated is leaked after logout" \
+	no_leak_from_riser "$RISER_OUT/kmemleak-logout.txt"
+LEAKS=$(grep -c "^unreferenced object" "$RISER_OUT/kmemleak-logout.txt")
 check "rmmod riser" rmmod riser
+check "kmemleak: no new leak after rmmod ($LEAKS before)" \
+	test "$(kmemleak_report "$RISER_OUT/kmemleak-rmmod.txt")" = "$LEAKS"
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 if [ "$RDMA" = siw ]; then
