@@ -255,8 +255,11 @@ impl TransportOps for Iser {
                 cap
             );
             let mut h = *hdr;
-            // CAST: the text only got shorter; DataSegmentLength is 24 bits.
-            let dsl = (n as u32).to_be_bytes();
+            // iscsid may hand over padding beyond DataSegmentLength: the
+            // length shrinks by what the rewrite removed, no more.
+            let old = u32::from_be_bytes([0, h[5], h[6], h[7]]);
+            let removed = u32::try_from(data.len() - n)?;
+            let dsl = old.checked_sub(removed).ok_or(EINVAL)?.to_be_bytes();
             h[5..8].copy_from_slice(&dsl[1..]);
             rewrite = Some(PduRewrite { hdr: h, data: out });
         }
@@ -312,7 +315,9 @@ impl TransportOps for Iser {
         if !task.is_scsi() {
             return res.send_control(task);
         }
-        res.send_command(task)?;
+        if res.send_command(task)? {
+            ep.unreg_cmds.fetch_add(1, Ordering::Relaxed);
+        }
         let n = u64::from(task.data_len());
         match task.direction() {
             Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
@@ -371,10 +376,15 @@ impl DevUse {
             Some(c) => c.clone(),
             None => {
                 let dev = slot.dev.device();
+                let pd = if crate::params::current()?.always_register {
+                    Pd::new(dev)?
+                } else {
+                    Pd::new_with_global_rkey(dev)?
+                };
                 let c = Arc::new(
                     DevCtx {
                         dev: slot.dev.clone(),
-                        pd: Arc::new(Pd::new(dev)?, GFP_KERNEL)?,
+                        pd: Arc::new(pd, GFP_KERNEL)?,
                         caps: dev.caps(),
                     },
                     GFP_KERNEL,
@@ -475,6 +485,10 @@ pub(crate) struct IserConn {
     discovery: AtomicBool,
     /// Data bytes each full-feature receive holds, once known.
     recv_size: AtomicU32,
+    /// Text responses received (discovery).
+    text_rsps: AtomicU32,
+    /// Commands sent with an unregistered buffer (always_register=0).
+    unreg_cmds: AtomicU64,
     /// SCSI data octets written and read through this connection.
     tx_octets: AtomicU64,
     rx_octets: AtomicU64,
@@ -639,8 +653,8 @@ impl Res {
     }
 
     /// Sends a SCSI command: registration, command PDU (with immediate
-    /// data), unsolicited Data-Outs.
-    fn send_command(&self, task: &Task<'_, Iser>) -> Result {
+    /// data), unsolicited Data-Outs. True when the data went unregistered.
+    fn send_command(&self, task: &Task<'_, Iser>) -> Result<bool> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
         let dir = task.direction();
@@ -648,6 +662,7 @@ impl Res {
         let mut iser = IserHeader::default();
         let mut reg = None;
         let mut inv = false;
+        let mut unregistered = false;
         match dir {
             Direction::None => {}
             Direction::Bidi => {
@@ -662,11 +677,20 @@ impl Res {
                     Some(sg) => sg,
                     None => task.map_data(&self.dev.dev)?,
                 };
-                // Chain the invalidation of the MR's previous registration
-                // when the target did not invalidate it (bug 4: the state
-                // is the MR's, not the task's).
-                inv = self.conn.mr_valid(idx);
-                let r = self.conn.map_mr(idx, sg)?;
+                let r = match sg.unregistered(&self.dev.pd) {
+                    // always_register=0 and one segment: no MR at all.
+                    Some(r) => {
+                        unregistered = true;
+                        r
+                    }
+                    None => {
+                        // Chain the invalidation of the MR's previous
+                        // registration when the target did not invalidate it
+                        // (bug 4: the state is the MR's, not the task's).
+                        inv = self.conn.mr_valid(idx);
+                        self.conn.map_mr(idx, sg)?
+                    }
+                };
                 if r.len < len {
                     return Err(EINVAL);
                 }
@@ -711,7 +735,7 @@ impl Res {
             remote_write,
         };
         let remote_write = dir == Direction::Read;
-        match (inv, reg) {
+        match (inv, reg.filter(|_| !unregistered)) {
             (true, Some(_)) => {
                 self.conn
                     .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])?
@@ -722,7 +746,7 @@ impl Res {
         if let (Some(r), Direction::Write) = (reg, dir) {
             self.send_dataouts(task, &r)?;
         }
-        Ok(())
+        Ok(unregistered)
     }
 
     /// Sends the unsolicited Data-Out PDUs of a WRITE.
@@ -774,6 +798,8 @@ impl IserConn {
                 up: AtomicBool::new(false),
                 discovery: AtomicBool::new(false),
                 recv_size: AtomicU32::new(0),
+                text_rsps: AtomicU32::new(0),
+                unreg_cmds: AtomicU64::new(0),
                 tx_octets: AtomicU64::new(0),
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
@@ -820,6 +846,22 @@ impl IserConn {
     /// Tears the connection down: no waiting on the network, idempotent.
     fn terminate(&self) {
         self.up.store(false, Ordering::Release);
+        let texts = self.text_rsps.swap(0, Ordering::Relaxed);
+        if texts > 0 && self.discovery.load(Ordering::Relaxed) {
+            pr_info!(
+                "discovery of {}: {} text responses\n",
+                Addr(self.dst),
+                texts
+            );
+        }
+        let n = self.unreg_cmds.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            pr_info!(
+                "connection to {}: {} commands sent with unregistered buffers\n",
+                Addr(self.dst),
+                n
+            );
+        }
         let pending = {
             let mut st = self.state.lock();
             if st.phase != Phase::Failed {
@@ -986,6 +1028,9 @@ impl IserConn {
                 return Err("foreign remote invalidation");
             }
             res.conn.mr_invalidated(idx);
+        }
+        if pdu.opcode == TargetOpcode::TextResponse {
+            self.text_rsps.fetch_add(1, Ordering::Relaxed);
         }
         let mut bhs = [0u8; 48];
         bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);

@@ -141,6 +141,7 @@ impl<T: TransportOps> Transport<T> {
                 t.get_conn_param = Some(bindings::iscsi_conn_get_param);
                 t.get_session_param = Some(bindings::iscsi_session_get_param);
                 t.get_host_param = Some(bindings::iscsi_host_get_param);
+                t.set_host_param = Some(bindings::iscsi_host_set_param);
                 t.send_pdu = Some(send_pdu_callback::<T>);
                 t.get_stats = Some(get_stats_callback::<T>);
                 t.init_task = Some(init_task_callback::<T>);

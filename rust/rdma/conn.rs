@@ -282,6 +282,29 @@ impl DmaSg {
     pub(crate) fn count(&self) -> u32 {
         self.count.unsigned_abs()
     }
+
+    /// A single-segment mapping described without registration: the PD's
+    /// local DMA lkey and its global rkey, at the segment's DMA address
+    /// (ib_iser's `always_register=0`). `None` for several segments or a PD
+    /// without a global rkey.
+    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration> {
+        if self.count != 1 {
+            return None;
+        }
+        let rkey = pd.global_rkey()?;
+        // SAFETY: The mapping is valid (type invariant); the first entry's
+        // DMA fields were set by the mapping.
+        let (addr, len) = unsafe {
+            let sg = &*self.sgl.as_ptr();
+            (sg.dma_address, sg.dma_length)
+        };
+        Some(Registration {
+            rkey,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+        })
+    }
 }
 
 impl Drop for DmaSg {

@@ -28,8 +28,20 @@ unsafe impl Sync for Pd {}
 impl Pd {
     /// Allocates a protection domain on `dev`.
     pub(crate) fn new(dev: &Device) -> Result<Self> {
+        Self::with_flags(dev, 0)
+    }
+
+    /// Allocates a protection domain on `dev` with a remote key that covers
+    /// all of memory ([`Pd::global_rkey`]), for ib_iser's
+    /// `always_register=0` mode: the peer may then reach any memory, which
+    /// is why registering is the default.
+    pub(crate) fn new_with_global_rkey(dev: &Device) -> Result<Self> {
+        Self::with_flags(dev, bindings::ib_pd_flags_IB_PD_UNSAFE_GLOBAL_RKEY)
+    }
+
+    fn with_flags(dev: &Device, flags: u32) -> Result<Self> {
         // SAFETY: `dev` is a registered device (type invariant of `Device`).
-        let p = from_err_ptr(unsafe { bindings::riser_ib_alloc_pd(dev.as_raw(), 0) })?;
+        let p = from_err_ptr(unsafe { bindings::riser_ib_alloc_pd(dev.as_raw(), flags) })?;
         // INVARIANT: `ib_alloc_pd` returned a valid PD.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
@@ -38,6 +50,14 @@ impl Pd {
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_pd {
         self.ptr.as_ptr()
+    }
+
+    /// The rkey that covers all of memory, if the PD was made with one.
+    pub(crate) fn global_rkey(&self) -> Option<u32> {
+        // SAFETY: The PD is valid (type invariant); the field is set at
+        // allocation and never changed.
+        let k = unsafe { (*self.as_raw()).unsafe_global_rkey };
+        (k != 0).then_some(k)
     }
 
     /// The lkey that covers all of local memory without registration.
