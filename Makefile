@@ -28,7 +28,7 @@ SHELL := /bin/bash
 
 # The guest scripts of `make check`, one guest each.
 GUEST_TESTS = tests/guest/check.sh tests/guest/session.sh tests/guest/session-siw.sh \
-	tests/guest/features.sh tests/guest/matrix.sh
+	tests/guest/unreg.sh tests/guest/features.sh tests/guest/matrix.sh
 
 all: modules
 

@@ -174,9 +174,9 @@ impl<'a, T: TransportOps> Task<'a, T> {
             _ => return Err(EINVAL),
         };
         let sc = self.raw().sc;
-        // SAFETY: `sc` is live; the slot is only touched by this task's
-        // serialised callbacks (type invariant), so no other reference to
-        // `sg` exists now.
+        // Only this task's serialised callbacks touch the slot (type
+        // invariant), so no other reference to `sg` exists now.
+        // SAFETY: `dd_data` holds this task's initialised slot.
         let slot = unsafe { &mut *self.raw().dd_data.cast::<TaskSlot<T>>() };
         drop(slot.sg.take());
         // SAFETY: The command's scatterlist stays valid until the task is
@@ -339,9 +339,9 @@ impl ConnSlot {
     /// Runs `f` with the bound connection, if any.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Conn) -> R) -> Option<R> {
         let p = self.0.load(Ordering::Acquire);
-        // SAFETY: A non-null pointer is a bound connection: the layer clears
-        // the slot in stop_conn only after the driver stopped every path
-        // that reads it, and before libiscsi tears the connection down.
+        // The layer clears the slot in stop_conn after the driver stopped
+        // every path that reads it, before libiscsi tears the connection down.
+        // SAFETY: So a non-null pointer is a live, bound connection.
         let c = unsafe { Conn::from_raw(p) }?;
         Some(f(&c))
     }

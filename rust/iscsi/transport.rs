@@ -80,9 +80,9 @@ unsafe fn bound_ep<'a, T: TransportOps>(
 ) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
     // SAFETY: The connection is live; `dd_data` holds one pointer.
     let p = unsafe { *(*conn).dd_data.cast::<*mut c_void>() };
-    // SAFETY: A non-null pointer came from `Arc::into_foreign` at bind and
-    // is released at stop/destroy, which libiscsi orders after any callback
-    // that may use it.
+    // A non-null pointer came from `Arc::into_foreign` at bind; it is released
+    // at stop/destroy, which libiscsi orders after any callback using it.
+    // SAFETY: So it is a live foreign `Arc<T::Ep>` for the borrow.
     (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
 }
 
@@ -96,9 +96,9 @@ unsafe fn ep_borrow<'a, T: TransportOps>(
 ) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
     // SAFETY: `dd_data` holds one pointer, set by `ep_connect_callback`.
     let p = unsafe { *(*ep).dd_data.cast::<*mut c_void>() };
-    // SAFETY: A non-null pointer came from `Arc::into_foreign` in
-    // `ep_connect_callback` and is released only in `ep_disconnect_callback`,
-    // after which scsi_transport_iscsi makes no call with this endpoint.
+    // A non-null pointer came from `into_foreign` in `ep_connect_callback`; it
+    // is released in `ep_disconnect_callback`, the endpoint's last call.
+    // SAFETY: So it is a live foreign `Arc<T::Ep>` for the borrow.
     (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
 }
 

@@ -200,9 +200,9 @@ impl DmaBuf {
         if len > self.len {
             return Err(EINVAL);
         }
-        // SAFETY: `0..len` is inside the allocation; the buffer is not posted
-        // while its completion is handled, so the device does not write it
-        // during the borrow.
+        // The buffer is not posted while its completion is handled, so the
+        // device does not write it during the borrow.
+        // SAFETY: `0..len` is inside the allocation, mapped at `addr`.
         let bytes = unsafe {
             bindings::riser_ib_dma_sync_for_cpu(self.dev.raw(), self.addr, len, self.dir.raw());
             core::slice::from_raw_parts(self.ptr.as_ptr(), len)
@@ -680,9 +680,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             rnr_retry_count: 6,
             ..Default::default()
         };
-        // SAFETY: The handler of this id is running (the event's id is this
-        // id), so the handler mutex is held as `rdma_connect_locked` needs;
-        // `param` and `private` outlive the call.
+        // The event's id is this id: its handler runs, holding the handler
+        // mutex `rdma_connect_locked` needs.
+        // SAFETY: The id is valid; `param` and `private` outlive the call.
         to_result(unsafe { bindings::rdma_connect_locked(self.cm().as_raw(), &mut param) })
     }
 
@@ -728,9 +728,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
         let p = slot.ptr.as_ptr();
-        // SAFETY: The MR is valid (type invariant); the keys' low byte is the
-        // consumer's to rotate. The hardware registration, if any, keeps its
-        // key (`reg_rkey`) until a `LocalInv` or the next `Reg` is posted.
+        // The keys' low byte is the consumer's to rotate; the registration in
+        // the hardware keeps its key (`reg_rkey`) until invalidated.
+        // SAFETY: The MR is valid (type invariant) and only read/written here.
         unsafe {
             let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
             (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
@@ -864,9 +864,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             unsafe { (*base.add(i)).wr.next = &raw mut (*base.add(i + 1)).wr };
         }
         let mut bad = core::ptr::null();
-        // SAFETY: The QP is valid; the chain, its entries and the MRs it
-        // names outlive the call (providers copy work requests when posting);
-        // buffers are held by their tags until completion.
+        // Providers copy work requests when posting; buffers are held by
+        // their tags until completion.
+        // SAFETY: The QP is valid; the chain and the MRs it names outlive the call.
         let r = to_result(unsafe {
             bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
         });
@@ -909,9 +909,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Called by ib_core's CQ polling with a completion of a receive posted
     /// by [`Connection::post_recv`].
     unsafe extern "C" fn recv_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-        // SAFETY: ib_core passes a valid completion whose `wr_cqe` is the
-        // first field of one of this connection's `Tag`s, and whose QP's
-        // context is the `Arc<H>` the id owns, alive until the QP is gone.
+        // `wr_cqe` is the first field of one of this connection's `Tag`s; the
+        // QP's context is the `Arc<H>` the id owns, alive until the QP is gone.
+        // SAFETY: ib_core passes a valid completion of this connection's QP.
         let (tag, h, w) = unsafe {
             let wc = &*wc;
             let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
@@ -960,8 +960,7 @@ impl<H: CmHandler + QpHandler> Drop for Connection<H> {
 
 /// An IPv4 socket address from a kernel `sockaddr_storage`.
 pub(crate) fn sockaddr_v4(ss: &bindings::__kernel_sockaddr_storage) -> Option<SocketAddrV4> {
-    // SAFETY: Every bit pattern is a valid `sockaddr_in`, which is no larger
-    // than the storage.
+    // SAFETY: Every bit pattern is a valid `sockaddr_in`, no larger than the storage.
     let sin: bindings::sockaddr_in =
         unsafe { core::ptr::read(core::ptr::from_ref(ss).cast::<bindings::sockaddr_in>()) };
     // CAST: AF_INET fits the family type.

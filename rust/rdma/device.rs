@@ -273,9 +273,8 @@ impl<T: ClientDriver> Client<T> {
         T::Context: Clone,
     {
         let client = Self::find()?;
-        // SAFETY: `dev` is registered and `client` is registered; the data
-        // is null or the `KBox<T::Context>` stored by `add_callback`, which
-        // stays until `remove_callback`.
+        // The data is null or the `KBox<T::Context>` stored by `add_callback`.
+        // SAFETY: `dev` and `client` are registered.
         let p = unsafe { bindings::riser_ib_get_client_data(dev.as_raw(), client) };
         if p.is_null() {
             return None;

@@ -86,3 +86,19 @@ no_leak_from_riser() {
 	kmemleak_report "$1" >/dev/null
 	! grep -q '\[riser\]' "$1"
 }
+
+# fio_verify DEV RW BS QD SIZE [FIO_OPTION...]: write SIZE with fio and read
+# it back verified with crc32c. fio's exit status alone is not trusted (it
+# exits 0 when it refuses to start, on a mounted device for one): its terse
+# line must be there and report error 0.
+fio_verify() {
+	local dev=$1 rw=$2 bs=$3 qd=$4 size=$5 out
+	shift 5
+	out=$(fio --name=v --filename="$dev" --direct=1 --ioengine=libaio --rw="$rw" \
+		--bs="$bs" --iodepth="$qd" --size="$size" --verify=crc32c --do_verify=1 \
+		--verify_fatal=1 --randrepeat=0 --verify_state_save=0 --output-format=terse \
+		"$@") || return 1
+	echo "$out" | cut -c1-160
+	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
+		END { exit !(found && !bad) }' <<<"$out"
+}

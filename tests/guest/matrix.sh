@@ -18,13 +18,7 @@ T=iqn.2026-11.org.riser:matrix
 
 sess_attr() { cat "/sys/class/iscsi_session/$(iscsi_session "$T")/$1"; }
 fio_mix() {
-	local out
-	out=$(fio --name=v --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite \
-		--bssplit=512/10:4k/25:16k/15:64k/20:256k/15:1m/15 --iodepth=8 --size=4M \
-		--verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --verify_state_save=0 \
-		--output-format=terse) || return 1
-	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
-		END { exit !(found && !bad) }' <<<"$out"
+	fio_verify "$1" randwrite 4k 8 4M --bssplit=512/10:4k/25:16k/15:64k/20:256k/15:1m/15
 }
 yn() { [ "$1" = Yes ] && echo 1 || echo 0; }
 cell() {

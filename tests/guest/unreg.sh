@@ -12,15 +12,6 @@ KO=$RISER_TOP/riser.ko
 IP=192.168.77.1
 T=iqn.2026-11.org.riser:unreg
 
-fio_ok() {
-	local out
-	out=$(fio --name=v --filename="$1" --direct=1 --ioengine=libaio --rw="$2" --bs="$3" \
-		--iodepth=16 --size=4M --verify=crc32c --do_verify=1 --verify_fatal=1 \
-		--randrepeat=0 --verify_state_save=0 --output-format=terse) || return 1
-	awk -F';' '$1 == 3 && $3 == "v" { found = 1; if ($5 != 0) bad = 1 }
-		END { exit !(found && !bad) }' <<<"$out"
-}
-
 check "soft-RoCE device rxe0 created" setup_rxe $IP
 check "riser's dependencies load" load_deps
 check "insmod riser.ko always_register=0" insmod "$KO" always_register=0
@@ -30,8 +21,8 @@ check "iscsid started" iscsi_start
 check "login" iscsi_login $T $IP
 DEV=$(iscsi_dev $T 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device ($DEV)" test -b "$DEV"
-check "fio 4k random writes (one segment each), verified" fio_ok "$DEV" randwrite 4k
-check "fio 256k writes (several segments, registered), verified" fio_ok "$DEV" write 256k
+check "fio 4k random writes (one segment each), verified" fio_verify "$DEV" randwrite 4k 16 4M
+check "fio 256k writes (several segments, registered), verified" fio_verify "$DEV" write 256k 16 4M
 dmesg_mark
 check "logout" iscsi_logout $T $IP
 check "riser counted commands sent without registration" \
