@@ -69,6 +69,7 @@ discovery_lists_all() {
 	local out n d=(iscsiadm -m discoverydb -t st -p "$IP:3260" -I iser)
 	"${d[@]}" -o new >/dev/null &&
 		"${d[@]}" -o update -n discovery.sendtargets.iscsi.MaxRecvDataSegmentLength -v 8192 &&
+		"${d[@]}" -o update -n discovery.sendtargets.timeo.login_timeout -v 60 &&
 		out=$(timeout "$ISCSI_TIMEOUT" "${d[@]}" --discover) || return 1
 	n=$(grep -c " iqn.2026-11.org.riser:many-" <<<"$out")
 	echo "discovery listed $n of $MANY many-* targets, $(wc -c <<<"$out") bytes"
@@ -108,16 +109,16 @@ check "riser's dependencies load" load_deps
 check "insmod riser.ko" insmod "$KO"
 check "null_blk target A" lio_nullblk_target $A $IP 64
 check "rd_mcp target B" lio_rd_target $B $IP 32
+check "$MANY more targets on the portal" many_targets
+check "iscsid started" iscsi_start
+check "discovery lists all $((MANY + 2)) targets (SendTargets > one buffer)" discovery_lists_all
+check "the SendTargets answer came in several Text responses" text_in_several_pdus
 check "A: ImmediateData=No" lio_set_param $A ImmediateData No
 check "A: InitialR2T=Yes" lio_set_param $A InitialR2T Yes
 check "A: FirstBurstLength=65536" lio_set_param $A FirstBurstLength 65536
 check "A: MaxBurstLength=131072" lio_set_param $A MaxBurstLength 131072
 check "A: target sends NOP-In every 5 s" lio_acl_attrib $A nopin_timeout 5
 check "B: CHAP required" lio_chap $B alice secretsecret12
-check "$MANY more targets on the portal" many_targets
-check "iscsid started" iscsi_start
-check "discovery lists all $((MANY + 2)) targets (SendTargets > one buffer)" discovery_lists_all
-check "the SendTargets answer came in several Text responses" text_in_several_pdus
 check "A: initiator sends NOP-Out every second" noop_node
 check "login A" iscsi_login $A $IP
 DA=$(iscsi_dev $A 0 60 2>>"$RISER_OUT/guest.log") || DA=
