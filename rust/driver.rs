@@ -63,6 +63,8 @@ static REGISTRY: Registry = Registry::new();
 const RESOLVE_TIMEOUT_MS: u32 = 1000;
 /// The login buffers' data size (libiscsi's login data limit).
 const LOGIN_DATA: usize = 8192;
+/// What the initiator receives per PDU when its login declares nothing.
+const DEFAULT_RECV_DSL: u32 = 8192;
 /// Largest full-feature receive of a normal session: the declared
 /// InitiatorRecvDataSegmentLength up to this (ib_iser: 128 bytes, bug 11).
 const FF_RECV_CAP: u32 = 8192;
@@ -266,23 +268,30 @@ impl TransportOps for Iser {
         if let Some(r) = &rewrite {
             text = &r.data;
         }
+        // Declared in this request or an earlier one of the login; RFC 7143
+        // and RFC 7145 default to 8 KiB.
+        if let Some(v) = login::declared_recv_dsl(text) {
+            ep.recv_size.store(v.min(cap), Ordering::Relaxed);
+        }
         if !login::enters_full_feature(hdr) {
             return Ok(rewrite);
         }
         // The last login request: make the full-feature receives now, in
         // process context, as large as declared.
-        let res = ep.res().ok_or(ENOTCONN)?;
-        let count = if discovery {
-            DISCOVERY_RECVS
-        } else {
-            res.sizing.max_recv_wr.saturating_sub(2).max(1)
+        let size = match ep.recv_size.load(Ordering::Relaxed) {
+            0 => DEFAULT_RECV_DSL,
+            v => v,
         };
-        let size = login::declared_recv_dsl(text)
-            .unwrap_or(LOGIN_DATA as u32)
-            .min(cap);
         ep.recv_size.store(size, Ordering::Relaxed);
-        drop(res);
-        let dev = ep.res().ok_or(ENOTCONN)?.dev.dev.clone();
+        let (dev, count) = {
+            let res = ep.res().ok_or(ENOTCONN)?;
+            let count = if discovery {
+                DISCOVERY_RECVS
+            } else {
+                res.sizing.max_recv_wr.saturating_sub(2).max(1)
+            };
+            (res.dev.dev.clone(), count)
+        };
         let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
         for _ in 0..count {
             bufs.push(
@@ -483,7 +492,8 @@ pub(crate) struct IserConn {
     up: AtomicBool,
     /// A discovery session's connection.
     discovery: AtomicBool,
-    /// Data bytes each full-feature receive holds, once known.
+    /// Data bytes each full-feature receive holds: what the login declared
+    /// (as far as riser allows), fixed at the last login request.
     recv_size: AtomicU32,
     /// Text responses received (discovery).
     text_rsps: AtomicU32,
