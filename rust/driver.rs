@@ -20,7 +20,8 @@ use crate::{
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef},
         conn::{
-            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, SendOp, Wc, UNSIGNALED_TAG,
+            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration, SendOp, Wc,
+            UNSIGNALED_TAG,
         },
         Client, ClientDriver, Cq, Device, DeviceCaps, Pd, PollContext,
     },
@@ -285,10 +286,14 @@ impl TransportOps for Iser {
         ep.recv_size.store(size, Ordering::Relaxed);
         let (dev, count) = {
             let res = ep.res().ok_or(ENOTCONN)?;
+            if res.ff_rx.as_ref().is_some() {
+                return Ok(rewrite);
+            }
             let count = if discovery {
                 DISCOVERY_RECVS
             } else {
-                res.sizing.max_recv_wr.saturating_sub(2).max(1)
+                // One receive per command; the last slot is the drain's.
+                res.sizing.max_recv_wr.saturating_sub(1).max(1)
             };
             (res.dev.dev.clone(), count)
         };
@@ -299,11 +304,9 @@ impl TransportOps for Iser {
                 GFP_KERNEL,
             )?;
         }
-        let res = ep.res().ok_or(ENOTCONN)?;
-        if !res.ff_rx.populate(bufs) {
-            pr_err!("second final login request on one connection\n");
-            return Err(EPROTO);
-        }
+        // A target may answer the transit without taking it; the next
+        // request's buffers are then the ones already made.
+        let _ = ep.res().ok_or(ENOTCONN)?.ff_rx.populate(bufs);
         Ok(rewrite)
     }
 
@@ -324,11 +327,21 @@ impl TransportOps for Iser {
         if !task.is_scsi() {
             return res.send_control(task);
         }
-        if res.send_command(task)? {
+        // Read before sending: once posted, the task may complete (and be
+        // cleaned up) on another CPU.
+        let n = u64::from(task.data_len());
+        let dir = task.direction();
+        let (unregistered, broken) = res.send_command(task)?;
+        if unregistered {
             ep.unreg_cmds.fetch_add(1, Ordering::Relaxed);
         }
-        let n = u64::from(task.data_len());
-        match task.direction() {
+        if let Some(why) = broken {
+            // The command is on the wire: libiscsi must not requeue it, so
+            // report it sent and let recovery fail it.
+            drop(res);
+            ep.fail(why);
+        }
+        match dir {
             Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
             Direction::Read => ep.rx_octets.fetch_add(n, Ordering::Relaxed),
             _ => 0,
@@ -521,6 +534,9 @@ struct Res {
     dataout: KVec<Arc<DmaBuf>>,
     #[pin]
     dataout_free: SpinLockIrq<KVec<u32>>,
+    /// Free Data-Out headers not reserved by a command being sent: a WRITE
+    /// reserves all it needs before anything of it is posted.
+    dataout_avail: AtomicU32,
     /// Tasks whose PDU expects no response, released when sent.
     #[pin]
     puts: SpinLockIrq<KVec<Option<TaskRef>>>,
@@ -582,6 +598,7 @@ impl Res {
             login_tx: b.login_tx,
             login_rx: b.login_rx,
             tx_hdrs: b.tx_hdrs,
+            dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
             dataout_free <- new_spinlock_irq!(b.dataout_free),
             puts <- new_spinlock_irq!(b.puts),
@@ -663,8 +680,10 @@ impl Res {
     }
 
     /// Sends a SCSI command: registration, command PDU (with immediate
-    /// data), unsolicited Data-Outs. True when the data went unregistered.
-    fn send_command(&self, task: &Task<'_, Iser>) -> Result<bool> {
+    /// data), unsolicited Data-Outs. Says whether the data went
+    /// unregistered, and why the connection must fail if a Data-Out could
+    /// not follow its posted command.
+    fn send_command(&self, task: &Task<'_, Iser>) -> Result<(bool, Option<&'static str>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
         let dir = task.direction();
@@ -735,6 +754,23 @@ impl Res {
         } else {
             sges = core::slice::from_ref(&head);
         }
+        // Reserve the Data-Out headers first: once the command is posted,
+        // its Data-Outs must go out.
+        let dataouts = if dir == Direction::Write {
+            Self::dataouts_needed(task)?
+        } else {
+            0
+        };
+        if dataouts > 0
+            && self
+                .dataout_avail
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                    a.checked_sub(dataouts)
+                })
+                .is_err()
+        {
+            return Err(EAGAIN);
+        }
         let send = SendOp::Send {
             tag: Self::task_tag(idx),
             sges,
@@ -745,49 +781,87 @@ impl Res {
             remote_write,
         };
         let remote_write = dir == Direction::Read;
-        match (inv, reg.filter(|_| !unregistered)) {
+        let posted = match (inv, reg.filter(|_| !unregistered)) {
             (true, Some(_)) => {
                 self.conn
-                    .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])?
+                    .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])
             }
-            (false, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send])?,
-            _ => self.conn.post_send(&[send])?,
+            (false, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send]),
+            _ => self.conn.post_send(&[send]),
+        };
+        if let Err(e) = posted {
+            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            return Err(e);
         }
-        if let (Some(r), Direction::Write) = (reg, dir) {
-            self.send_dataouts(task, &r)?;
-        }
-        Ok(unregistered)
+        let broken = match (reg, dataouts > 0) {
+            (Some(r), true) => self.send_dataouts(task, &r, dataouts),
+            _ => None,
+        };
+        Ok((unregistered, broken))
     }
 
-    /// Sends the unsolicited Data-Out PDUs of a WRITE.
-    fn send_dataouts(&self, task: &Task<'_, Iser>, r: &crate::rdma::conn::Registration) -> Result {
-        while let Some(d) = task.next_data_out() {
+    /// How many unsolicited Data-Out PDUs a WRITE needs.
+    fn dataouts_needed(task: &Task<'_, Iser>) -> Result<u32> {
+        let unsol = task.unsol_len();
+        if unsol == 0 {
+            return Ok(0);
+        }
+        let mxdl = task.max_xmit_dlength();
+        if mxdl == 0 {
+            return Err(EINVAL);
+        }
+        Ok(unsol.div_ceil(mxdl))
+    }
+
+    /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
+    /// posted, with the `reserved` headers its sender set aside. Nothing can
+    /// be taken back now: a failure fails the connection (libiscsi recovers
+    /// the command) instead of returning an error that would requeue it.
+    fn send_dataouts(
+        &self,
+        task: &Task<'_, Iser>,
+        r: &Registration,
+        reserved: u32,
+    ) -> Option<&'static str> {
+        let mut left = reserved;
+        let failed = loop {
+            let Some(d) = task.next_data_out() else {
+                break None;
+            };
+            if left == 0 {
+                task.data_out_failed();
+                break Some("more Data-Outs than reserved");
+            }
             let Some(slot) = self.dataout_free.lock().pop() else {
                 task.data_out_failed();
-                pr_err!("no Data-Out header free\n");
-                return Err(ENOMEM);
+                break Some("no Data-Out header free");
             };
+            left -= 1;
             let buf = &self.dataout[slot as usize];
-            let hdrs = Self::headers(IserHeader::default(), &d.bhs)?;
-            let sent = buf.write(0, &hdrs).and_then(|()| {
-                let sges = [
-                    buf.sge(0, HEADERS_LEN, self.conn.pd())?,
-                    r.sge(d.offset, d.len)?,
-                ];
-                self.conn.post_send(&[SendOp::Send {
-                    tag: self.dataout_tag(slot),
-                    sges: &sges,
-                    keep: Some(buf),
-                }])
-            });
-            if let Err(e) = sent {
+            let sent = Self::headers(IserHeader::default(), &d.bhs)
+                .and_then(|hdrs| buf.write(0, &hdrs))
+                .and_then(|()| {
+                    let sges = [
+                        buf.sge(0, HEADERS_LEN, self.conn.pd())?,
+                        r.sge(d.offset, d.len)?,
+                    ];
+                    self.conn.post_send(&[SendOp::Send {
+                        tag: self.dataout_tag(slot),
+                        sges: &sges,
+                        keep: Some(buf),
+                    }])
+                });
+            if sent.is_err() {
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
+                left += 1;
                 task.data_out_failed();
-                return Err(e);
+                break Some("cannot post a Data-Out");
             }
             task.data_out_sent(&d);
-        }
-        Ok(())
+        };
+        // Give back what was reserved and not used.
+        self.dataout_avail.fetch_add(left, Ordering::AcqRel);
+        failed
     }
 }
 
@@ -1176,7 +1250,9 @@ impl QpHandler for IserConn {
         // CAST: the vector was sized from a u32 count.
         let cmds = res.tx_hdrs.len() as u32;
         if tag > cmds {
+            // The list has room for every slot: it was made with all of them.
             let _ = res.dataout_free.lock().push(tag - 1 - cmds, GFP_ATOMIC);
+            res.dataout_avail.fetch_add(1, Ordering::AcqRel);
         } else if tag >= 1 {
             let put = res
                 .puts

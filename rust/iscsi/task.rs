@@ -166,6 +166,12 @@ impl<'a, T: TransportOps> Task<'a, T> {
         self.raw().unsol_r2t.data_length
     }
 
+    /// The most data one PDU to the target carries (MaxXmitDataSegmentLength).
+    pub(crate) fn max_xmit_dlength(&self) -> u32 {
+        // SAFETY: A task being sent has a live connection.
+        unsafe { (*self.raw().conn).max_xmit_dlength }
+    }
+
     /// Maps the command's data on `dev`; the mapping lasts until cleanup.
     pub(crate) fn map_data(&self, dev: &DeviceRef) -> Result<&DmaSg> {
         let dir = match self.direction() {

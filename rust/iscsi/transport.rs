@@ -478,10 +478,18 @@ unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
 unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
     cls_conn: *mut bindings::iscsi_cls_conn,
 ) {
-    // SAFETY: The connection is live; a binding left without stop is
-    // released before libiscsi frees the connection.
+    // SAFETY: The connection is live.
+    let conn = unsafe { conn_of(cls_conn) };
+    // iscsid may destroy a bound connection it never stopped: stop riser's
+    // paths that reach it first.
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
+        let ep: Arc<T::Ep> = ep.into();
+        T::stop(&ep);
+    }
+    // SAFETY: The connection is live and nothing of riser uses it any more.
     unsafe {
-        unbind_ep::<T>(conn_of(cls_conn));
+        unbind_ep::<T>(conn);
         bindings::iscsi_conn_teardown(cls_conn);
     }
 }

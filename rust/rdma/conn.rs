@@ -194,6 +194,20 @@ impl DmaBuf {
         Ok(())
     }
 
+    /// Hands the whole buffer (back) to the device, before a receive.
+    fn give_to_device(&self) {
+        // SAFETY: The buffer is mapped at `addr` for `len` bytes (type
+        // invariant).
+        unsafe {
+            bindings::riser_ib_dma_sync_for_device(
+                self.dev.raw(),
+                self.addr,
+                self.len,
+                self.dir.raw(),
+            )
+        };
+    }
+
     /// Makes the first `len` bytes the device wrote visible to the CPU and
     /// hands them to `f`.
     pub(crate) fn read<R>(&self, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
@@ -466,9 +480,9 @@ impl Tag {
 /// The queue sizes and resources of a [`Connection`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnCaps {
-    /// Send work requests outstanding at once (one more is kept for drain).
+    /// Send queue depth, including the slot `ib_drain_qp` needs.
     pub(crate) max_send_wr: u32,
-    /// Receive work requests outstanding at once (one more for drain).
+    /// Receive queue depth, including the slot `ib_drain_qp` needs.
     pub(crate) max_recv_wr: u32,
     /// Receive tags (`0..recv_tags`).
     pub(crate) recv_tags: u32,
@@ -547,6 +561,10 @@ pub(crate) enum SendOp<'a> {
     },
 }
 
+/// The page size of fast registrations: 4 KiB, as the SCSI hosts' virtual
+/// boundary and sizing assume, whatever the CPU's page size.
+const MR_PAGE_SIZE: u32 = 4096;
+
 /// The most work requests one [`Connection::post_send`] takes.
 pub(crate) const MAX_CHAIN: usize = 4;
 
@@ -595,8 +613,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             send_cq: cq.as_raw(),
             recv_cq: cq.as_raw(),
             cap: bindings::ib_qp_cap {
-                max_send_wr: caps.max_send_wr + 1,
-                max_recv_wr: caps.max_recv_wr + 1,
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
                 max_send_sge: 2,
                 max_recv_sge: 1,
                 ..Default::default()
@@ -706,6 +724,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
         let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
         let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
+        buf.give_to_device();
         t.hold(Some(buf))?;
         let mut wr = bindings::ib_recv_wr {
             sg_list: &mut sge,
@@ -739,15 +758,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let count = c_int::try_from(sg.count())?;
         // SAFETY: `sg` is a valid DMA-mapped scatterlist of `count` segments;
         // the MR is valid.
-        let n = unsafe {
-            bindings::ib_map_mr_sg(
-                p,
-                sg.sgl.as_ptr(),
-                count,
-                null_mut(),
-                kernel::page::PAGE_SIZE as u32,
-            )
-        };
+        let n =
+            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
         if n != count {
             return Err(EINVAL);
         }
@@ -785,40 +797,64 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
     }
 
-    /// Posts `ops` as one chain.
+    /// Posts `ops` as one chain. MR states are published before posting,
+    /// so a completion racing the post sees them, and rolled back for the
+    /// requests the provider did not take.
     pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
         if ops.is_empty() || ops.len() > MAX_CHAIN {
             return Err(EINVAL);
         }
+        // Validate every request before holding any tag.
+        for op in ops {
+            match op {
+                SendOp::LocalInv { mr } | SendOp::Reg { mr, .. } => {
+                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                }
+                SendOp::Send { tag, sges, .. } => {
+                    self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
+                    if sges.is_empty() || sges.len() > 2 {
+                        return Err(EINVAL);
+                    }
+                }
+            }
+        }
         let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
         let mut sges: [[bindings::ib_sge; 2]; MAX_CHAIN] = Default::default();
         let mut held: [Option<&Tag>; MAX_CHAIN] = [None; MAX_CHAIN];
+        // The MR states before this chain: (valid, reg_rkey) per request.
+        let mut before: [Option<(&MrSlot, bool, u32)>; MAX_CHAIN] = [None; MAX_CHAIN];
         let unsig = (&raw const self.unsignaled.cqe).cast_mut();
         for (i, op) in ops.iter().enumerate() {
             let w = &mut regs[i];
             match op {
                 SendOp::LocalInv { mr } => {
-                    let rkey = &self
-                        .mrs
-                        .get(*mr as usize)
-                        .ok_or(EINVAL)?
-                        .reg_rkey
-                        .load(Ordering::Acquire);
+                    let s = &self.mrs[*mr as usize];
+                    let rkey = s.reg_rkey.load(Ordering::Acquire);
+                    before[i] = Some((s, s.valid.load(Ordering::Acquire), rkey));
+                    s.valid.store(false, Ordering::Release);
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                     // SAFETY: Writing union members.
                     unsafe {
                         *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
-                        *w.wr.ex.invalidate_rkey.as_mut() = *rkey;
+                        *w.wr.ex.invalidate_rkey.as_mut() = rkey;
                     }
                 }
                 SendOp::Reg { mr, remote_write } => {
-                    let s = self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                    let s = &self.mrs[*mr as usize];
+                    // SAFETY: The MR is valid (type invariant).
+                    let key = unsafe { (*s.ptr.as_ptr()).rkey };
+                    before[i] = Some((
+                        s,
+                        s.valid.load(Ordering::Acquire),
+                        s.reg_rkey.load(Ordering::Acquire),
+                    ));
+                    s.reg_rkey.store(key, Ordering::Release);
+                    s.valid.store(true, Ordering::Release);
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
                     // SAFETY: Writing the `wr_cqe` member of the union.
                     unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig };
                     w.mr = s.ptr.as_ptr();
-                    // SAFETY: The MR is valid (type invariant).
-                    w.key = unsafe { (*s.ptr.as_ptr()).rkey };
+                    w.key = key;
                     let remote = if *remote_write {
                         bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
                     } else {
@@ -832,10 +868,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     sges: list,
                     keep,
                 } => {
-                    if list.is_empty() || list.len() > 2 {
-                        return Err(EINVAL);
-                    }
-                    let t = self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
+                    let t = &self.send_tags[*tag as usize];
                     for (j, s) in list.iter().enumerate() {
                         sges[i][j] = s.raw();
                     }
@@ -850,7 +883,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     // CAST: the flag fits an int.
                     w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
                     if let Err(e) = t.hold(*keep) {
-                        held.iter().flatten().for_each(|h| h.release());
+                        Self::unwind(&before, &held, 0);
                         return Err(e);
                     }
                     held[i] = Some(t);
@@ -870,26 +903,25 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let r = to_result(unsafe {
             bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
         });
-        match r {
-            Ok(()) => {
-                for op in ops {
-                    match op {
-                        SendOp::LocalInv { .. } => {}
-                        SendOp::Reg { mr, .. } => {
-                            if let Some(s) = self.mrs.get(*mr as usize) {
-                                // SAFETY: The MR is valid (type invariant).
-                                let key = unsafe { (*s.ptr.as_ptr()).rkey };
-                                s.reg_rkey.store(key, Ordering::Release);
-                                s.valid.store(true, Ordering::Release);
-                            }
-                        }
-                        SendOp::Send { .. } => {}
-                    }
-                }
-            }
-            Err(_) => held.iter().flatten().for_each(|h| h.release()),
+        if r.is_err() {
+            // Requests before `bad` were posted and keep their effects.
+            let first_bad = (0..ops.len())
+                // SAFETY: `i` is inside `regs`; only addresses are compared.
+                .position(|i| core::ptr::eq(unsafe { &raw const (*base.add(i)).wr }, bad))
+                .unwrap_or(0);
+            Self::unwind(&before, &held, first_bad);
         }
         r
+    }
+
+    /// Undoes the MR states and tag holds of requests `from..` of a chain
+    /// that were not posted.
+    fn unwind(before: &[Option<(&MrSlot, bool, u32)>], held: &[Option<&Tag>], from: usize) {
+        for (s, valid, rkey) in before.iter().skip(from).flatten().rev() {
+            s.reg_rkey.store(*rkey, Ordering::Release);
+            s.valid.store(*valid, Ordering::Release);
+        }
+        held.iter().skip(from).flatten().for_each(|h| h.release());
     }
 
     fn wc(wc: &bindings::ib_wc) -> Wc {

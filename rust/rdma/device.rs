@@ -273,13 +273,16 @@ impl<T: ClientDriver> Client<T> {
         T::Context: Clone,
     {
         let client = Self::find()?;
+        // `remove_callback` clears the data and waits for a grace period
+        // before freeing it: under the RCU read lock the box stays valid.
+        let _rcu = kernel::sync::rcu::read_lock();
         // The data is null or the `KBox<T::Context>` stored by `add_callback`.
         // SAFETY: `dev` and `client` are registered.
         let p = unsafe { bindings::riser_ib_get_client_data(dev.as_raw(), client) };
         if p.is_null() {
             return None;
         }
-        // SAFETY: As above; only borrowed for the clone.
+        // SAFETY: As above; only borrowed for the clone, under `_rcu`.
         let ctx = unsafe { <KBox<T::Context> as ForeignOwnable>::borrow(p) };
         Some((*ctx).clone())
     }
@@ -331,6 +334,16 @@ impl<T: ClientDriver> Client<T> {
         // SAFETY: ib_core calls `remove` with a device that is valid until
         // the callback returns.
         let device = unsafe { Device::from_raw(dev) };
+        if let Some(client) = Self::find() {
+            // Lookups (`context_of`) stop finding the context, and those
+            // under way end, before it is freed.
+            // SAFETY: `dev` and `client` are registered; storing null is
+            // allowed at any time.
+            unsafe {
+                bindings::ib_set_client_data(dev, client, null_mut());
+                bindings::synchronize_rcu();
+            }
+        }
         // SAFETY: A non-null `data` was made by `into_foreign` in
         // `add_callback`, and ib_core hands it back exactly once, here.
         let ctx = unsafe { KBox::<T::Context>::from_foreign(data) };
