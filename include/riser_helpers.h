@@ -55,6 +55,8 @@ unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc);
 struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn);
 struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session);
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task);
+struct module;
+bool riser_try_module_get(struct module *module);
 void riser_kunit_skip(const char *reason);
 
 /* Module parameters (rust/params.c); riser_param_check() is Rust. */

@@ -134,6 +134,11 @@ bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task)
 	return iscsi_task_has_unsol_data(task);
 }
 
+bool riser_try_module_get(struct module *module)
+{
+	return try_module_get(module);
+}
+
 void riser_kunit_skip(const char *reason)
 {
 #if IS_ENABLED(CONFIG_KUNIT)

@@ -783,6 +783,16 @@ unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
     if ep.is_null() {
         return ERR_PTR(ENOMEM);
     }
+    // An endpoint holds a reference on the module, as a session does, so
+    // riser cannot be unloaded under a connection iscsid has not dropped.
+    let tt = T::registry().tt.load(Ordering::Acquire);
+    // SAFETY: A non-null `tt` is the registered transport (invariant of
+    // `Registry`); its owner is this module, alive while we run.
+    if tt.is_null() || !unsafe { bindings::riser_try_module_get((*tt).owner) } {
+        // SAFETY: The endpoint is new and unused.
+        unsafe { bindings::iscsi_destroy_endpoint(ep) };
+        return ERR_PTR(ENODEV);
+    }
     match T::ep_connect(addr) {
         Ok(e) => {
             // SAFETY: The endpoint is new; dd_data holds one pointer.
@@ -790,8 +800,13 @@ unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
             ep
         }
         Err(err) => {
-            // SAFETY: The endpoint is new and unused.
-            unsafe { bindings::iscsi_destroy_endpoint(ep) };
+            // SAFETY: The endpoint is new and unused; the reference taken
+            // above is dropped (scsi_transport_iscsi holds its own during
+            // the call).
+            unsafe {
+                bindings::iscsi_destroy_endpoint(ep);
+                bindings::module_put((*tt).owner);
+            }
             ERR_PTR(err)
         }
     }
@@ -834,4 +849,12 @@ unsafe extern "C" fn ep_disconnect_callback<T: TransportOps>(ep: *mut bindings::
     }
     // SAFETY: The endpoint is live and not used after this.
     unsafe { bindings::iscsi_destroy_endpoint(ep) };
+    if !p.is_null() {
+        let tt = T::registry().tt.load(Ordering::Acquire);
+        if !tt.is_null() {
+            // SAFETY: Drops the reference `ep_connect_callback` took for this
+            // endpoint; scsi_transport_iscsi holds another during the call.
+            unsafe { bindings::module_put((*tt).owner) };
+        }
+    }
 }
