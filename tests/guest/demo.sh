@@ -13,7 +13,7 @@ KO=$RISER_TOP/riser.ko
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:demo
 LOG=$RISER_OUT/demo.log
-MNT=/mnt/riser-demo
+MNT=/tmp/riser-demo
 : >"$LOG"
 
 say() { echo "$*" >>"$LOG"; }
@@ -31,7 +31,6 @@ step() {
 		echo "not ok - $what" >>"$TAP"
 	fi
 }
-mount_it() { mkdir -p "$MNT" && mount "$DEV" "$MNT"; }
 write_file() {
 	dd if=/dev/urandom of=/tmp/demo.bin bs=1M count=16 status=none &&
 		cp /tmp/demo.bin "$MNT/demo.bin" && sync && ls -l "$MNT"
@@ -54,7 +53,8 @@ step "the session" iscsiadm -m session
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$LOG") || DEV=
 step "the new disk" lsblk "$DEV"
 step "make an ext4 filesystem" mkfs.ext4 -q -F "$DEV"
-step "mount it" mount_it
+mkdir -p "$MNT"
+step "mount it" mount "$DEV" "$MNT"
 step "write a 16 MiB file" write_file
 step "unmount, drop caches, mount again and compare" read_cold
 step "unmount" umount "$MNT"
