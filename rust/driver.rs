@@ -78,6 +78,8 @@ const DATAOUT_SLOTS_PER_CMD: u32 = 4;
 /// Commands a connection is sized for (ib_iser's ISER_DEF_XMIT_CMDS_MAX);
 /// a session asks for at most this many.
 const DEF_XMIT_CMDS_MAX: u32 = 512;
+/// How long teardown after a logout waits for the target to close.
+const LOGOUT_GRACE_MS: u32 = 1000;
 /// ITT bits that hold the task index (libiscsi's ISCSI_ITT_MASK).
 const ITT_INDEX_MASK: u32 = 0x1fff;
 
@@ -508,6 +510,8 @@ pub(crate) struct IserConn {
     /// Data bytes each full-feature receive holds: what the login declared
     /// (as far as riser allows), fixed at the last login request.
     recv_size: AtomicU32,
+    /// A Logout Response arrived: the target will close the connection.
+    logged_out: AtomicBool,
     /// Text responses received (discovery).
     text_rsps: AtomicU32,
     /// Commands sent with an unregistered buffer (always_register=0).
@@ -882,6 +886,7 @@ impl IserConn {
                 up: AtomicBool::new(false),
                 discovery: AtomicBool::new(false),
                 recv_size: AtomicU32::new(0),
+                logged_out: AtomicBool::new(false),
                 text_rsps: AtomicU32::new(0),
                 unreg_cmds: AtomicU64::new(0),
                 tx_octets: AtomicU64::new(0),
@@ -929,6 +934,19 @@ impl IserConn {
 
     /// Tears the connection down: no waiting on the network, idempotent.
     fn terminate(&self) {
+        {
+            // After a logout, let the target close first: disconnecting at
+            // once can flush the target's Logout Response send, which LIO
+            // mishandles (it warns, and has crashed on teardown, with
+            // ib_iser too). Bounded, and only after a logout, so failover
+            // never waits on it (bug 8).
+            let mut st = self.state.lock();
+            if self.logged_out.load(Ordering::Acquire) && st.phase == Phase::Up {
+                let _ = self
+                    .cv
+                    .wait_interruptible_timeout(&mut st, msecs_to_jiffies(LOGOUT_GRACE_MS));
+            }
+        }
         self.up.store(false, Ordering::Release);
         let texts = self.text_rsps.swap(0, Ordering::Relaxed);
         if texts > 0 && self.discovery.load(Ordering::Relaxed) {
@@ -1113,8 +1131,12 @@ impl IserConn {
             }
             res.conn.mr_invalidated(idx);
         }
-        if pdu.opcode == TargetOpcode::TextResponse {
-            self.text_rsps.fetch_add(1, Ordering::Relaxed);
+        match pdu.opcode {
+            TargetOpcode::TextResponse => {
+                self.text_rsps.fetch_add(1, Ordering::Relaxed);
+            }
+            TargetOpcode::LogoutResponse => self.logged_out.store(true, Ordering::Release),
+            _ => {}
         }
         let mut bhs = [0u8; 48];
         bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
@@ -1203,12 +1225,15 @@ impl CmHandler for IserConn {
             | CmEvent::DeviceRemoval => {
                 let was_up = st.phase == Phase::Up;
                 self.up.store(false, Ordering::Release);
-                if st.phase == Phase::Connecting {
-                    st.phase = Phase::Failed;
+                match st.phase {
+                    Phase::Connecting => st.phase = Phase::Failed,
+                    Phase::Up => st.phase = Phase::Terminating,
+                    _ => {}
                 }
                 self.cv.notify_all();
                 drop(st);
-                if was_up {
+                // After a logout the target closing is the expected end.
+                if was_up && !self.logged_out.load(Ordering::Acquire) {
                     self.fail(match event {
                         CmEvent::DeviceRemoval => "RDMA device removed",
                         CmEvent::AddrChange => "address changed",

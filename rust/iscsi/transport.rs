@@ -800,9 +800,8 @@ unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
             ep
         }
         Err(err) => {
-            // SAFETY: The endpoint is new and unused; the reference taken
-            // above is dropped (scsi_transport_iscsi holds its own during
-            // the call).
+            // scsi_transport_iscsi holds its own module reference during the call.
+            // SAFETY: The endpoint is new and unused; our reference is dropped.
             unsafe {
                 bindings::iscsi_destroy_endpoint(ep);
                 bindings::module_put((*tt).owner);

@@ -214,8 +214,11 @@ impl DmaBuf {
         if len > self.len {
             return Err(EINVAL);
         }
-        // The buffer is not posted while its completion is handled, so the
-        // device does not write it during the borrow.
+        // The driver reads a receive buffer between its completion and its
+        // next post (a full-feature buffer is reposted after `f` returns; the
+        // login buffer only with the next login request, which iscsid sends
+        // after this PDU was handed on), so the device does not write it
+        // during the borrow.
         // SAFETY: `0..len` is inside the allocation, mapped at `addr`.
         let bytes = unsafe {
             bindings::riser_ib_dma_sync_for_cpu(self.dev.raw(), self.addr, len, self.dir.raw());
@@ -756,8 +759,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
         }
         let count = c_int::try_from(sg.count())?;
-        // SAFETY: `sg` is a valid DMA-mapped scatterlist of `count` segments;
-        // the MR is valid.
+        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR is valid.
         let n =
             unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
         if n != count {

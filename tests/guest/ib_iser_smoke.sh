@@ -21,25 +21,6 @@ fi
 PAT=/tmp/pattern.bin
 BACK=/tmp/readback.bin
 
-discovery_finds_target() {
-	local out
-	out=$(iscsi_discover "$IP") || return 1
-	echo "$out"
-	grep -q " $IQN\$" <<<"$out"
-}
-session_is_iser() {
-	local out
-	out=$(iscsiadm -m session) || return 1
-	echo "$out"
-	grep -q "^iser: .* $IP:3260,1 $IQN " <<<"$out"
-}
-host_is_iscsi_iser() {
-	local s h
-	s=$(iscsi_session "$IQN") || return 1
-	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null ||
-		ls -d /sys/class/iscsi_session/"$s"/device/../../scsi_host/host*) || return 1
-	[ "$(cat "$h/proc_name")" = iscsi_iser ]
-}
 write_pattern() { dd if="$PAT" of="$DEV" bs=1M count=4 oflag=direct conv=fsync; }
 read_back() { dd if="$DEV" of="$BACK" bs=1M count=4 iflag=direct; }
 no_session_left() { ! iscsi_session "$IQN"; }
@@ -48,20 +29,16 @@ no_session_left() { ! iscsi_session "$IQN"; }
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
 dmesg_mark
-if [ "$RDMA" = siw ]; then
-	check "soft-iWARP device siw0 created" setup_siw "$IP"
-else
-	check "soft-RoCE device rxe0 created" setup_rxe "$IP"
-fi
+check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "LIO rd_mcp target with an iSER portal ($RDMA)" lio_rd_target "$IQN" "$IP" 64 "$RDMA"
 check "the portal has iSER on" test "$(lio_portal_iser "$IQN" "$IP")" = 1
 check "ImmediateData settable on the TPG" lio_set_param "$IQN" ImmediateData Yes
 check "iscsid started" iscsi_start
-check "discovery over iser finds $IQN" discovery_finds_target
+check "discovery over iser finds $IQN" iscsi_discover_lists "$IP" "$IQN"
 check "ib_iser was loaded by iscsiadm" test -d /sys/module/ib_iser
 check "login over iser" iscsi_login "$IQN" "$IP" iser
-check "the session's transport is iser" session_is_iser
-check "the SCSI host is iscsi_iser" host_is_iscsi_iser
+check "the session's transport is iser" iscsi_session_is_iser "$IP" "$IQN"
+check "the SCSI host is iscsi_iser" iscsi_host_is_iscsi_iser "$IQN"
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
 check "device is 64 MiB" test "$(blockdev --getsize64 "$DEV" 2>/dev/null)" = $((64 << 20))
@@ -74,9 +51,5 @@ check "no session left" no_session_left
 check "iscsid stopped" iscsi_stop
 check "LIO torn down and its modules unloaded" lio_teardown
 check "rmmod ib_iser" rmmod ib_iser
-if [ "$RDMA" = siw ]; then
-	check "siw0 removed" rdma link delete siw0
-else
-	check "rxe0 removed" rdma link delete rxe0
-fi
+check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"
 save_dmesg

@@ -40,11 +40,7 @@ cell() {
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
-if [ "$RDMA" = siw ]; then
-	check "soft-iWARP device siw0 created" setup_siw "$IP"
-else
-	check "soft-RoCE device rxe0 created" setup_rxe "$IP"
-fi
+check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "riser's dependencies load" load_deps
 check "insmod riser.ko" insmod "$KO"
 check "LIO rd_mcp target ($RDMA)" lio_rd_target $T $IP 32 "$RDMA"
@@ -61,9 +57,5 @@ done
 check "rmmod riser" rmmod riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-if [ "$RDMA" = siw ]; then
-	check "siw0 removed" rdma link delete siw0
-else
-	check "rxe0 removed" rdma link delete rxe0
-fi
+check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"
 save_dmesg

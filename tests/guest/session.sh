@@ -21,25 +21,6 @@ else
 fi
 MNT=/tmp/riser-mnt
 
-discovery_finds_target() {
-	local out
-	out=$(iscsi_discover "$IP") || return 1
-	echo "$out"
-	grep -q " $IQN\$" <<<"$out"
-}
-session_is_iser() {
-	local out
-	out=$(iscsiadm -m session) || return 1
-	echo "$out"
-	grep -q "^iser: .* $IP:3260,1 $IQN " <<<"$out"
-}
-host_is_iscsi_iser() {
-	local s h
-	s=$(iscsi_session "$IQN") || return 1
-	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null ||
-		ls -d /sys/class/iscsi_session/"$s"/device/../../scsi_host/host*) || return 1
-	[ "$(cat "$h/proc_name")" = iscsi_iser ]
-}
 fs_roundtrip() {
 	mkfs.ext4 -q -F "$DEV" || return 1
 	mkdir -p "$MNT" && mount "$DEV" "$MNT" || return 1
@@ -68,22 +49,18 @@ no_session_left() { ! iscsi_session "$IQN"; }
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
-if [ "$RDMA" = siw ]; then
-	check "soft-iWARP device siw0 created" setup_siw "$IP"
-else
-	check "soft-RoCE device rxe0 created" setup_rxe "$IP"
-fi
+check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "riser's dependencies load" load_deps
 dmesg_mark
 check "insmod riser.ko" insmod "$KO"
 check "kmemleak cleared" kmemleak_clear
 check "LIO rd_mcp target with an iSER portal ($RDMA)" lio_rd_target "$IQN" "$IP" 64 "$RDMA"
 check "iscsid started" iscsi_start
-check "discovery over iser finds $IQN" discovery_finds_target
+check "discovery over iser finds $IQN" iscsi_discover_lists "$IP" "$IQN"
 check "ib_iser was not loaded" test ! -d /sys/module/ib_iser
 check "login over iser" iscsi_login "$IQN" "$IP" iser
-check "the session's transport is iser" session_is_iser
-check "the SCSI host is iscsi_iser" host_is_iscsi_iser
+check "the session's transport is iser" iscsi_session_is_iser "$IP" "$IQN"
+check "the SCSI host is iscsi_iser" iscsi_host_is_iscsi_iser "$IQN"
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
 check "device is 64 MiB" test "$(blockdev --getsize64 "$DEV" 2>/dev/null)" = $((64 << 20))
@@ -107,9 +84,5 @@ check "kmemleak: no new leak after rmmod ($LEAKS before)" \
 	test "$(kmemleak_report "$RISER_OUT/kmemleak-rmmod.txt")" = "$LEAKS"
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-if [ "$RDMA" = siw ]; then
-	check "siw0 removed" rdma link delete siw0
-else
-	check "rxe0 removed" rdma link delete rxe0
-fi
+check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"
 save_dmesg

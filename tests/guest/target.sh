@@ -18,10 +18,14 @@
 #   iscsi_login IQN IP [IFACE]                 IFACE defaults to iser
 #   iscsi_chap IQN IP USER PASS [MUSER MPASS]  CHAP settings of the node record
 #   iscsi_logout IQN IP
+#   iscsi_discover_lists IP IQN                discovery over iser lists IQN
+#   iscsi_session_is_iser IP IQN               iscsiadm shows an iser session to IQN
+#   iscsi_host_is_iscsi_iser IQN               the session's SCSI host is iscsi_iser
 #   iscsi_session IQN                          prints sessionN of the logged-in session
 #   iscsi_dev IQN [LUN] [TIMEOUT]              prints /dev/sdX, waiting for it
 # RDMA:
 #   setup_siw [IP]                             soft-iWARP siw0 on dummy1
+#   setup_rdma KIND IP / rdma_delete KIND      siw0 for KIND siw, else rxe0
 #
 # SIW (4th argument of the target functions) is "siw" (or 1) when the iSER
 # portal is served over soft-iWARP: siw's listener is a real TCP socket on
@@ -444,6 +448,32 @@ iscsi_logout() {
 	timeout "$ISCSI_TIMEOUT" iscsiadm -m node -T "${1:?IQN}" -p "${2:?IP}:$LIO_PORT" --logout
 }
 
+# iscsi_discover_lists IP IQN: discovery over iser at IP lists IQN.
+iscsi_discover_lists() {
+	local out
+	out=$(iscsi_discover "${1:?IP}") || return 1
+	echo "$out"
+	grep -q " ${2:?IQN}\$" <<<"$out"
+}
+
+# iscsi_session_is_iser IP IQN: iscsiadm shows an iser session to IQN at IP.
+iscsi_session_is_iser() {
+	local out
+	out=$(iscsiadm -m session) || return 1
+	echo "$out"
+	grep -q "^iser: .* ${1:?IP}:$LIO_PORT,1 ${2:?IQN} " <<<"$out"
+}
+
+# iscsi_host_is_iscsi_iser IQN: the SCSI host of the session to IQN has
+# proc_name iscsi_iser.
+iscsi_host_is_iscsi_iser() {
+	local s h
+	s=$(iscsi_session "${1:?IQN}") || return 1
+	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null ||
+		ls -d /sys/class/iscsi_session/"$s"/device/../../scsi_host/host*) || return 1
+	[ "$(cat "$h/proc_name")" = iscsi_iser ]
+}
+
 # iscsi_session IQN: prints the sysfs name (sessionN) of a session to IQN.
 iscsi_session() {
 	local s
@@ -478,6 +508,16 @@ iscsi_dev() {
 }
 
 # --- soft-iWARP ---------------------------------------------------------
+
+# setup_rdma KIND IP: soft-iWARP (KIND siw) or soft-RoCE (any other KIND).
+setup_rdma() {
+	if [ "${1:?KIND}" = siw ]; then setup_siw "${2:?IP}"; else setup_rxe "${2:?IP}"; fi
+}
+
+# rdma_delete KIND: remove the device setup_rdma KIND made.
+rdma_delete() {
+	if [ "${1:?KIND}" = siw ]; then rdma link delete siw0; else rdma link delete rxe0; fi
+}
 
 # setup_siw [IP]: a soft-iWARP device siw0 on dummy1 (dummy0 is setup_rxe's).
 setup_siw() {
