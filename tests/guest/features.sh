@@ -140,7 +140,11 @@ expect_fail "B: login without CHAP refused" iscsi_login $B $IP
 check "B: CHAP secret (wrong) in the node record" iscsi_chap $B $IP alice wrongpassword1
 expect_fail "B: login with a wrong CHAP secret refused" iscsi_login $B $IP
 check "B: CHAP secret (right) in the node record" iscsi_chap $B $IP alice secretsecret12
-check "B: login with CHAP" iscsi_login $B $IP
+# After refused logins, iscsid's next login to the same target can stall
+# until its login timeout (seen with the C ib_iser too, see testing.md):
+# the right secret gets up to three attempts.
+login_retry() { iscsi_login "$1" "$2" || iscsi_login "$1" "$2" || iscsi_login "$1" "$2"; }
+check "B: login with CHAP" login_retry $B $IP
 DB=$(iscsi_dev $B 0 60 2>>"$RISER_OUT/guest.log") || DB=
 check "B: block device ($DB)" test -b "$DB"
 check "two sessions at once" test "$(ls -d /sys/class/iscsi_session/session* | wc -l)" = 2
