@@ -550,22 +550,12 @@ unsafe extern "C" fn set_param_callback<T: TransportOps>(
 }
 
 /// Writes `v` in decimal and a NUL into `out`; the length without the NUL.
-fn fmt_u32(mut v: u32, out: &mut [u8; 12]) -> usize {
+fn fmt_u32(v: u32, out: &mut [u8; 12]) -> usize {
     let mut digits = [0u8; 10];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // CAST: a decimal digit.
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let n = digits.len() - i;
-    out[..n].copy_from_slice(&digits[i..]);
-    out[n] = 0;
-    n
+    let d = crate::proto::login::decimal(v, &mut digits);
+    out[..d.len()].copy_from_slice(d);
+    out[d.len()] = 0;
+    d.len()
 }
 
 /// # Safety

@@ -110,18 +110,7 @@ pub(crate) fn is_discovery(text: &[u8]) -> bool {
 /// when `text` needs no change (key absent, or already small enough).
 pub(crate) fn clamp_key(text: &[u8], key: &str, max: u32, out: &mut [u8]) -> Option<usize> {
     let mut digits = [0u8; 10];
-    let mut n = max;
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // CAST: a decimal digit.
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let new_value = &digits[i..];
+    let new_value = decimal(max, &mut digits);
     let mut changed = false;
     let mut len = 0;
     let mut first = true;
@@ -149,6 +138,20 @@ pub(crate) fn clamp_key(text: &[u8], key: &str, max: u32, out: &mut [u8]) -> Opt
         }
     }
     changed.then_some(len)
+}
+
+/// `v` in decimal, written at the end of `buf`.
+pub(crate) fn decimal(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        // CAST: a decimal digit.
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 #[cfg(MODULE)]
