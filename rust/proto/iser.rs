@@ -177,6 +177,35 @@ impl CmHeader {
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator with a fixed seed: the same values every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn u32(&mut self) -> u32 {
+            let b = self.u64().to_le_bytes();
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+        }
+
+        fn byte(&mut self) -> u8 {
+            self.u64().to_le_bytes()[7]
+        }
+
+        fn stag_va(&mut self) -> Option<StagVa> {
+            let v = StagVa {
+                stag: self.u32(),
+                va: self.u64(),
+            };
+            (self.byte() & 1 != 0).then_some(v)
+        }
+    }
+
     const W: StagVa = StagVa {
         stag: 0x1234_5678,
         va: 0x0102_0304_0506_0708,
@@ -347,5 +376,114 @@ mod tests {
             b[at] = 0x80;
             assert_eq!(CmHeader::decode(&b), Err(ProtoError::Reserved));
         }
+    }
+
+    #[test]
+    fn random_headers_round_trip() {
+        let mut r = Rng(0x853c_49e6_748f_ea9b);
+        for _ in 0..2000 {
+            let h = IserHeader {
+                write: r.stag_va(),
+                read: r.stag_va(),
+            };
+            // Prefilled: the encoder must write every header byte and no
+            // byte past the header.
+            let fill = r.byte();
+            let mut b = [fill; ISER_HDR_LEN + 12];
+            assert_eq!(h.encode(&mut b), Ok(()));
+            assert_eq!(IserHeader::decode(&b), Ok(h));
+            assert!(b[ISER_HDR_LEN..].iter().all(|&x| x == fill));
+            let w = if h.write.is_some() { FLAG_WSV } else { 0 };
+            let rd = if h.read.is_some() { FLAG_RSV } else { 0 };
+            assert_eq!(b[0], 0x10 | w | rd);
+            if h.write.is_none() {
+                assert!(b[4..16].iter().all(|&x| x == 0));
+            }
+            if h.read.is_none() {
+                assert!(b[16..28].iter().all(|&x| x == 0));
+            }
+
+            let c = CmHeader {
+                zbva_not_supported: r.byte() & 1 != 0,
+                send_w_inv_not_supported: r.byte() & 1 != 0,
+            };
+            let mut b = [fill; ISER_CM_HDR_LEN + 4];
+            assert_eq!(c.encode(&mut b), Ok(()));
+            assert_eq!(CmHeader::decode(&b), Ok(c));
+            assert!(b[ISER_CM_HDR_LEN..].iter().all(|&x| x == fill));
+        }
+    }
+
+    #[test]
+    fn random_bytes_decode_exactly_when_valid() {
+        let mut r = Rng(0xda3e_39cb_94b9_5bdb);
+        let (mut accepted, mut cm_accepted) = (0, 0);
+        for _ in 0..2000 {
+            let mut b = [0u8; ISER_HDR_LEN];
+            for byte in b.iter_mut() {
+                *byte = r.byte();
+            }
+            // Mostly the control opcode and zero reserved bytes, so that
+            // both outcomes come up.
+            if r.byte() < 200 {
+                let low = if r.byte() < 192 { 0x0c } else { 0x0f };
+                b[0] = 0x10 | (b[0] & low);
+                b[1..4].fill(0);
+                if r.byte() < 64 {
+                    b[1 + usize::from(r.byte() % 3)] = 1;
+                }
+            }
+            let valid = b[0] & 0xf3 == 0x10 && b[1..4] == [0, 0, 0];
+            match IserHeader::decode(&b) {
+                Ok(h) => {
+                    accepted += 1;
+                    assert!(valid);
+                    let mut e = [0xffu8; ISER_HDR_LEN];
+                    assert_eq!(h.encode(&mut e), Ok(()));
+                    // The wire bytes come back, but for the fields of clear
+                    // flags, which go out as zero.
+                    assert_eq!(e[..4], b[..4]);
+                    let w = if h.write.is_some() {
+                        &b[4..16]
+                    } else {
+                        &[0; 12]
+                    };
+                    let rd = if h.read.is_some() {
+                        &b[16..28]
+                    } else {
+                        &[0; 12]
+                    };
+                    assert_eq!(&e[4..16], w);
+                    assert_eq!(&e[16..28], rd);
+                }
+                Err(e) => {
+                    assert!(!valid);
+                    assert!(e == ProtoError::Reserved || e == ProtoError::Opcode(b[0] >> 4));
+                }
+            }
+
+            // CM private data: the two flags, a reserved bit or byte now
+            // and then.
+            let mut b = [r.byte() & 0xc0, 0, 0, 0, r.byte()];
+            if r.byte() < 64 {
+                b[usize::from(r.byte() % 4)] |= 1 << (r.byte() % 6);
+            }
+            let cm_valid = b[0] & CM_FLAGS_RESERVED == 0 && b[1..4] == [0, 0, 0];
+            match CmHeader::decode(&b) {
+                Ok(c) => {
+                    cm_accepted += 1;
+                    assert!(cm_valid);
+                    let mut e = [0xffu8; ISER_CM_HDR_LEN];
+                    assert_eq!(c.encode(&mut e), Ok(()));
+                    assert_eq!(e[..], b[..ISER_CM_HDR_LEN]);
+                }
+                Err(e) => {
+                    assert!(!cm_valid);
+                    assert_eq!(e, ProtoError::Reserved);
+                }
+            }
+        }
+        assert!(accepted > 200 && accepted < 1800);
+        assert!(cm_accepted > 200 && cm_accepted < 1800);
     }
 }

@@ -162,6 +162,114 @@ use kernel::prelude::kunit_tests;
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator with a fixed seed: the same values every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn u32(&mut self) -> u32 {
+            let b = self.u64().to_le_bytes();
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+        }
+
+        /// A value below `n` (not zero).
+        fn below(&mut self, n: usize) -> usize {
+            usize::try_from(self.u32()).unwrap_or(0) % n
+        }
+
+        /// A number as login texts carry them: small, near the usual
+        /// receive sizes, or anything.
+        fn number(&mut self) -> u32 {
+            match self.below(4) {
+                0 => self.u32() % 1024,
+                1 => 8192 + self.u32() % 8192 - 4096,
+                _ => self.u32(),
+            }
+        }
+    }
+
+    /// A text built in a fixed buffer; what does not fit is dropped.
+    struct Text {
+        buf: [u8; 256],
+        len: usize,
+    }
+
+    impl Text {
+        fn new() -> Self {
+            Self {
+                buf: [0; 256],
+                len: 0,
+            }
+        }
+
+        fn push(&mut self, part: &[u8]) {
+            if let Some(dst) = self.buf.get_mut(self.len..self.len + part.len()) {
+                dst.copy_from_slice(part);
+                self.len += part.len();
+            }
+        }
+
+        fn bytes(&self) -> &[u8] {
+            &self.buf[..self.len]
+        }
+    }
+
+    /// `v` in hexadecimal (mixed case), written at the end of `buf`.
+    fn hex(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b"0123456789abcDEF"[usize::try_from(v % 16).unwrap_or(0)];
+            v /= 16;
+            if v == 0 {
+                return &buf[i..];
+            }
+        }
+    }
+
+    const IRDSL: &[u8] = b"InitiatorRecvDataSegmentLength=";
+
+    /// A login text of a few random pairs: the receive size keys with
+    /// decimal or hex values, garbage values, other keys, a pair without
+    /// `=`, and now and then a final NUL.
+    fn random_login_text(r: &mut Rng, t: &mut Text) {
+        t.len = 0;
+        for i in 0..1 + r.below(5) {
+            if i > 0 {
+                t.push(b"\0");
+            }
+            let mut digits = [0u8; 10];
+            match r.below(8) {
+                0 | 1 => {
+                    t.push(IRDSL);
+                    t.push(decimal(r.number(), &mut digits));
+                }
+                2 => {
+                    t.push(IRDSL);
+                    t.push(b"0x");
+                    t.push(hex(r.number(), &mut digits));
+                }
+                3 => {
+                    t.push(b"MaxRecvDataSegmentLength=");
+                    t.push(decimal(r.number(), &mut digits));
+                }
+                4 => t.push(b"InitiatorRecvDataSegmentLength=12a"),
+                5 => t.push(b"InitiatorRecvDataSegmentLength"),
+                6 => t.push(b"SessionType=Discovery"),
+                _ => t.push(b"HeaderDigest=None"),
+            }
+        }
+        if r.below(2) == 0 {
+            t.push(b"\0");
+        }
+    }
+
     fn bhs(op: u8, flags: u8) -> [u8; 48] {
         let mut b = [0u8; 48];
         b[0] = op;
@@ -267,5 +375,132 @@ mod tests {
             declared_recv_dsl(b"InitiatorRecvDataSegmentLength=x\0"),
             None
         );
+    }
+
+    #[test]
+    fn clamp_rewrites_exactly_the_values_above_max() {
+        const KEY: &str = "InitiatorRecvDataSegmentLength";
+        let mut r = Rng(0x6a09_e667_f3bc_c908);
+        let mut t = Text::new();
+        let mut rewritten = 0;
+        for _ in 0..2000 {
+            random_login_text(&mut r, &mut t);
+            let text = t.bytes();
+            let max = r.number();
+            let too_big = |p: &[u8]| {
+                p.strip_prefix(IRDSL)
+                    .and_then(number)
+                    .is_some_and(|x| x > max)
+            };
+            let needs = text.split(|&b| b == 0).any(too_big);
+            // The driver's output buffer is as long as the text.
+            let mut out = [0u8; 256];
+            let n = clamp_key(text, KEY, max, &mut out[..text.len()]);
+            assert_eq!(n.is_some(), needs);
+            let Some(n) = n else {
+                continue;
+            };
+            rewritten += 1;
+            assert!(n <= text.len());
+            let out = &out[..n];
+            // Pair by pair: `max` in decimal where the value was larger, the
+            // same bytes everywhere else.
+            let mut digits = [0u8; 10];
+            let want = decimal(max, &mut digits);
+            assert_eq!(
+                text.split(|&b| b == 0).count(),
+                out.split(|&b| b == 0).count()
+            );
+            for (i, o) in text.split(|&b| b == 0).zip(out.split(|&b| b == 0)) {
+                if too_big(i) {
+                    assert_eq!(o.strip_prefix(IRDSL), Some(want));
+                } else {
+                    assert_eq!(i, o);
+                }
+            }
+            if let Some(v) = declared_recv_dsl(out) {
+                assert!(v <= max);
+            }
+            // Clamping again changes nothing; an output one byte short is
+            // refused, not overrun.
+            let mut again = [0u8; 256];
+            assert_eq!(clamp_key(out, KEY, max, &mut again[..n]), None);
+            assert_eq!(clamp_key(text, KEY, max, &mut again[..n - 1]), None);
+        }
+        assert!(rewritten > 200 && rewritten < 1800);
+    }
+
+    #[test]
+    fn numbers_round_trip_and_refuse_garbage() {
+        let mut r = Rng(0xbb67_ae85_84ca_a73b);
+        for _ in 0..2000 {
+            let v = r.number();
+            let mut digits = [0u8; 10];
+            let dec = decimal(v, &mut digits);
+            assert_eq!(number(dec), Some(v));
+            assert!(dec.len() == 1 || dec[0] != b'0');
+
+            // Leading zeros, up to ten digits in all, but no more.
+            let mut t = Text::new();
+            t.push(&b"0000000000"[dec.len()..]);
+            t.push(dec);
+            assert_eq!(number(t.bytes()), Some(v));
+            let mut padded = Text::new();
+            padded.push(b"0");
+            padded.push(t.bytes());
+            assert_eq!(number(padded.bytes()), None);
+
+            let mut t = Text::new();
+            t.push(if r.below(2) == 0 { b"0x" } else { b"0X" });
+            let mut hex_digits = [0u8; 10];
+            t.push(hex(v, &mut hex_digits));
+            assert_eq!(number(t.bytes()), Some(v));
+
+            // One more digit: ten times the value, if that still fits.
+            let mut t = Text::new();
+            t.push(dec);
+            t.push(b"0");
+            assert_eq!(number(t.bytes()), v.checked_mul(10));
+
+            // A character that is no digit, anywhere, spoils the number.
+            let mut bad = [0u8; 10];
+            bad[..dec.len()].copy_from_slice(dec);
+            bad[r.below(dec.len())] = b"+- a:/x"[r.below(7)];
+            assert_eq!(number(&bad[..dec.len()]), None);
+        }
+    }
+
+    #[test]
+    fn keys_are_the_last_pair_of_their_name() {
+        const NAMES: [&[u8]; 4] = [b"A", b"B", b"AB", b"SessionType"];
+        const VALUES: [&[u8]; 5] = [b"1", b"", b"Discovery", b"Normal", b"=x"];
+        let mut r = Rng(0x3c6e_f372_fe94_f82b);
+        let mut t = Text::new();
+        for _ in 0..2000 {
+            t.len = 0;
+            for i in 0..r.below(7) {
+                if i > 0 {
+                    t.push(b"\0");
+                }
+                t.push(NAMES[r.below(NAMES.len())]);
+                if r.below(8) != 0 {
+                    t.push(b"=");
+                }
+                t.push(VALUES[r.below(VALUES.len())]);
+            }
+            let text = t.bytes();
+            for (name, key_name) in [(&b"A="[..], "A"), (b"B=", "B"), (b"AB=", "AB")] {
+                let last = text
+                    .split(|&b| b == 0)
+                    .filter_map(|p| p.strip_prefix(name))
+                    .next_back();
+                assert_eq!(key(text, key_name), last);
+            }
+            let session = text
+                .split(|&b| b == 0)
+                .filter_map(|p| p.strip_prefix(b"SessionType="))
+                .next_back();
+            assert_eq!(is_discovery(text), session == Some(&b"Discovery"[..]));
+        }
     }
 }

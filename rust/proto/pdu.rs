@@ -134,6 +134,72 @@ impl RxPdu {
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator with a fixed seed: the same values every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn u32(&mut self) -> u32 {
+            let b = self.u64().to_le_bytes();
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+        }
+
+        /// A value below `n` (not zero).
+        fn below(&mut self, n: usize) -> usize {
+            usize::try_from(self.u32()).unwrap_or(0) % n
+        }
+    }
+
+    /// Whether `parse` must accept, from its documentation: a plain control
+    /// iSER header (no W, R or reserved bit), a BHS with a target opcode and
+    /// no AHS, then the declared data and at most 4 bytes of padding.
+    fn acceptable(buf: &[u8], byte_len: usize) -> bool {
+        let Some(rx) = buf.get(..byte_len) else {
+            return false;
+        };
+        if rx.len() < HEADERS_LEN || rx[0] != 0x10 || rx[1..4] != [0, 0, 0] {
+            return false;
+        }
+        let b = &rx[ISER_HDR_LEN..HEADERS_LEN];
+        let target_op = matches!(b[0] & 0x3f, 0x20..=0x26 | 0x31 | 0x32 | 0x3f);
+        let dsl = usize::from(b[5]) << 16 | usize::from(b[6]) << 8 | usize::from(b[7]);
+        let avail = rx.len() - HEADERS_LEN;
+        target_op && b[4] == 0 && dsl <= avail && avail - dsl <= 4
+    }
+
+    /// A receive of random bytes, most of them shaped like a PDU so that
+    /// every check is reached, and the byte count to parse it with.
+    fn random_rx(r: &mut Rng, b: &mut [u8; 192]) -> usize {
+        for byte in b.iter_mut() {
+            *byte = r.u64().to_le_bytes()[0];
+        }
+        let shape = r.below(8);
+        if shape < 6 {
+            b[..4].copy_from_slice(&[0x10, 0, 0, 0]);
+            if shape == 0 {
+                b[r.below(4)] |= 1 << r.below(8);
+            }
+            const OPS: [u8; 12] = [
+                0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x31, 0x32, 0x3f, 0x01, 0x61,
+            ];
+            b[ISER_HDR_LEN] = OPS[r.below(OPS.len())];
+            b[ISER_HDR_LEN + 4] = if shape == 1 { 1 } else { 0 };
+            let dsl = r.below(110);
+            b[ISER_HDR_LEN + 5] = 0;
+            b[ISER_HDR_LEN + 6] = 0;
+            b[ISER_HDR_LEN + 7] = dsl.to_le_bytes()[0];
+            // Around the declared length: short, padded, over-padded.
+            return (HEADERS_LEN + dsl + r.below(8)).saturating_sub(1);
+        }
+        r.below(b.len() + 4)
+    }
+
     /// A receive buffer holding a control iSER header, a BHS with `op` and
     /// `dsl`, and `dsl` data bytes padded to four.
     fn rx(op: u8, dsl: u32, itt: u32) -> Result<([u8; 512], usize), ProtoError> {
@@ -252,5 +318,54 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    #[test]
+    fn random_receives_are_accepted_exactly_as_documented() {
+        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut b = [0u8; 192];
+        let mut accepted = 0;
+        for _ in 0..2000 {
+            let len = random_rx(&mut r, &mut b);
+            let got = RxPdu::parse(&b, len);
+            assert_eq!(got.is_ok(), acceptable(&b, len));
+            match got {
+                Ok(p) => {
+                    accepted += 1;
+                    let bhs = &b[ISER_HDR_LEN..HEADERS_LEN];
+                    assert_eq!(p.bhs, ISER_HDR_LEN..HEADERS_LEN);
+                    assert_eq!(p.data.start, HEADERS_LEN);
+                    assert!(p.data.end <= len && len - p.data.end <= 4);
+                    assert!(p.dsl <= MAX_DSL);
+                    assert_eq!(usize::try_from(p.dsl), Ok(p.data.len()));
+                    assert_eq!(p.flags, bhs[1]);
+                    assert_eq!(
+                        p.itt,
+                        u32::from_be_bytes([bhs[16], bhs[17], bhs[18], bhs[19]])
+                    );
+                    assert_eq!(TargetOpcode::from_wire(bhs[0] & 0x3f), Ok(p.opcode));
+                }
+                Err(ProtoError::Overrun) => assert!(len > b.len()),
+                Err(ProtoError::Short) => assert!(len < HEADERS_LEN),
+                Err(_) => assert!((HEADERS_LEN..=b.len()).contains(&len)),
+            }
+        }
+        // The walk reaches both outcomes.
+        assert!(accepted > 200 && accepted < 1800);
+    }
+
+    #[test]
+    fn bytes_past_the_byte_count_do_not_matter() {
+        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        let mut b = [0u8; 192];
+        for _ in 0..2000 {
+            let len = random_rx(&mut r, &mut b).min(b.len());
+            let before = RxPdu::parse(&b, len);
+            for byte in b[len..].iter_mut() {
+                *byte = !*byte;
+            }
+            assert_eq!(RxPdu::parse(&b, len), before);
+            assert_eq!(RxPdu::parse(&b[..len], len), before);
+        }
     }
 }

@@ -201,6 +201,59 @@ pub(crate) fn conn_sizing(
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator with a fixed seed: the same values every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn u32(&mut self) -> u32 {
+            let b = self.u64().to_le_bytes();
+            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+        }
+
+        /// Mostly a value in `lo..=hi`, now and then any.
+        fn around(&mut self, lo: u32, hi: u32) -> u32 {
+            if self.u32() & 15 == 0 {
+                self.u32()
+            } else {
+                lo + self.u32() % (hi - lo + 1)
+            }
+        }
+    }
+
+    /// Work requests one command needs: its sends, the management PDUs and
+    /// the drain slot.
+    const ONE_CMD_WRS: u32 = SEND_WRS_PER_CMD + TX_MISC_PDUS + RX_MISC_PDUS + 1;
+
+    /// Random valid parameters and device limits, with at most as many
+    /// commands as libiscsi asks for (a u16).
+    fn random_device(r: &mut Rng) -> (Params, u32, u32, u32, bool) {
+        let p = Params {
+            max_sectors: 8 + r.u32() % 32761,
+            max_lun: 1,
+            debug_level: 0,
+            always_register: true,
+            pi_enable: false,
+        };
+        let cmds = r.around(0, 1024) % 65536;
+        // A quarter of the devices near the least that carries a command.
+        let max_qp_wr = match r.u32() % 4 {
+            0 => r.u32() % (2 * ONE_CMD_WRS),
+            _ => r.around(0, 20000),
+        };
+        let max_fr_pages = match r.u32() % 4 {
+            0 => r.u32() % 4,
+            _ => r.around(0, 600),
+        };
+        (p, cmds, max_qp_wr, max_fr_pages, r.u32() & 1 == 0)
+    }
+
     #[test]
     fn defaults_are_ib_isers() {
         let p = Params::new(DEF_MAX_SECTORS, DEF_MAX_LUN, 0, true, false);
@@ -332,5 +385,120 @@ mod tests {
         // A device that maps no page is refused, not divided by.
         assert_eq!(conn_sizing(&defaults(), 128, 16384, 1, false), None);
         assert_eq!(conn_sizing(&defaults(), 128, 16384, 0, true), None);
+    }
+
+    #[test]
+    fn random_devices_are_sized_within_their_limits() {
+        let mut r = Rng(0xa54f_f53a_5f1d_36f1);
+        let mut sized = 0;
+        for _ in 0..2000 {
+            let (p, cmds, max_qp_wr, max_fr_pages, gaps) = random_device(&mut r);
+            let reserved = u32::from(!gaps);
+            let sg_max = sg_tablesize(p.max_sectors).min(MAX_SG_PAGES);
+            let carries_one =
+                cmds > 0 && max_qp_wr >= ONE_CMD_WRS && max_fr_pages > reserved && sg_max > 0;
+            let Some(s) = conn_sizing(&p, cmds, max_qp_wr, max_fr_pages, gaps) else {
+                // Refused only when the device cannot carry one command.
+                assert!(!carries_one);
+                continue;
+            };
+            sized += 1;
+            assert!(carries_one);
+            // Commands: some, no more than asked, each with its sends, the
+            // management PDUs and a free slot for draining.
+            assert!(s.max_cmds >= 1 && s.max_cmds <= cmds);
+            let sends = u64::from(s.max_cmds) * u64::from(SEND_WRS_PER_CMD)
+                + u64::from(TX_MISC_PDUS + RX_MISC_PDUS);
+            assert!(sends < u64::from(s.max_send_wr));
+            // As many commands as the device's send queue holds.
+            let one_more = sends + u64::from(SEND_WRS_PER_CMD) + 1;
+            assert!(s.max_cmds == cmds || one_more > u64::from(max_qp_wr));
+            // Queues within the device; a receive per command, plus one.
+            assert!(s.max_send_wr <= max_qp_wr && s.max_recv_wr <= max_qp_wr);
+            assert!(s.max_recv_wr > s.max_cmds);
+            assert_eq!(
+                u64::from(s.cq_entries),
+                u64::from(s.max_send_wr) + u64::from(s.max_recv_wr)
+            );
+            // Registrations within the device; a command fits one.
+            assert!(s.sg_tablesize >= 1 && s.sg_tablesize <= sg_max);
+            assert_eq!(s.pages_per_mr, s.sg_tablesize + reserved);
+            assert!(s.pages_per_mr <= max_fr_pages);
+            assert!(s.max_sectors >= PAGE_4K / SECTOR_SIZE && s.max_sectors <= p.max_sectors);
+            assert!(
+                u64::from(s.max_sectors) * u64::from(SECTOR_SIZE)
+                    <= u64::from(s.sg_tablesize) * u64::from(PAGE_4K)
+            );
+        }
+        assert!(sized > 200 && sized < 1800);
+    }
+
+    #[test]
+    fn a_larger_device_never_gets_less() {
+        let mut r = Rng(0x510e_527f_ade6_82d1);
+        for _ in 0..2000 {
+            let (p, cmds, max_qp_wr, max_fr_pages, gaps) = random_device(&mut r);
+            let Some(s) = conn_sizing(&p, cmds, max_qp_wr, max_fr_pages, gaps) else {
+                continue;
+            };
+            let more_wr = max_qp_wr.saturating_add(1 + r.u32() % 4096);
+            let t = conn_sizing(&p, cmds, more_wr, max_fr_pages, gaps);
+            assert!(t.is_some());
+            if let Some(t) = t {
+                assert!(t.max_cmds >= s.max_cmds && t.max_send_wr >= s.max_send_wr);
+                assert_eq!(t.sg_tablesize, s.sg_tablesize);
+            }
+            let more_pages = max_fr_pages.saturating_add(1 + r.u32() % 4096);
+            let t = conn_sizing(&p, cmds, max_qp_wr, more_pages, gaps);
+            assert!(t.is_some());
+            if let Some(t) = t {
+                assert!(t.sg_tablesize >= s.sg_tablesize && t.max_sectors >= s.max_sectors);
+                assert_eq!(t.max_cmds, s.max_cmds);
+            }
+            // Asking for what was given gives as many commands.
+            let t = conn_sizing(&p, s.max_cmds, max_qp_wr, max_fr_pages, gaps);
+            assert_eq!(
+                t.map(|t| (t.max_cmds, t.sg_tablesize)),
+                Some((s.max_cmds, s.sg_tablesize))
+            );
+        }
+    }
+
+    #[test]
+    fn parameters_are_checked_against_their_documented_bounds() {
+        // The bounds as `check_param`'s documentation gives them.
+        const DOCUMENTED: [(&str, i64, i64); 5] = [
+            ("max_sectors", 8, 32768),
+            ("max_lun", 1, 65536),
+            ("debug_level", 0, 4),
+            ("always_register", 0, 1),
+            ("pi_enable", 0, 1),
+        ];
+        let mut r = Rng(0x9b05_688c_2b3e_6c1f);
+        for _ in 0..2000 {
+            for (name, min, max) in DOCUMENTED {
+                // Near either bound, or anything.
+                let near = i64::from(r.u32() % 7) - 3;
+                let v = match r.u32() % 3 {
+                    0 => min + near,
+                    1 => max + near,
+                    // CAST: a random i64, any bit pattern.
+                    _ => r.u64() as i64,
+                };
+                let want = if (min..=max).contains(&v) {
+                    Ok(())
+                } else {
+                    Err(ParamError {
+                        name,
+                        value: v,
+                        min,
+                        max,
+                    })
+                };
+                assert_eq!(check_param(name, v), want);
+            }
+            let v = i64::from(r.u32());
+            assert!(check_param("max_sector", v).is_err());
+        }
     }
 }
