@@ -18,7 +18,7 @@ use crate::{
         sizing::{self, ConnSizing, Params},
     },
     rdma::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef},
+        cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
         conn::{
             ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration, SendOp, Wc,
             UNSIGNALED_TAG,
@@ -29,7 +29,7 @@ use crate::{
 };
 use core::{
     net::SocketAddrV4,
-    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     alloc::{KBox, KVec},
@@ -38,7 +38,7 @@ use kernel::{
     revocable::Revocable,
     str::BStr,
     sync::{Arc, CondVar, Mutex, SetOnce, SpinLockIrq},
-    time::msecs_to_jiffies,
+    time::{msecs_to_jiffies, Instant, Monotonic},
 };
 
 /// The module: the registered transport, the RDMA client and the SCSI host
@@ -82,6 +82,12 @@ const DEF_XMIT_CMDS_MAX: u32 = 512;
 const LOGOUT_GRACE_MS: u32 = 1000;
 /// ITT bits that hold the task index (libiscsi's ISCSI_ITT_MASK).
 const ITT_INDEX_MASK: u32 = 0x1fff;
+/// Async messages a target may send in one second. libiscsi passes each to
+/// iscsid over netlink; a flood fills iscsid's socket, and the event that
+/// reports the connection's failure is then lost, so the session never
+/// recovers. A target that sends more is failed while that event still
+/// gets through.
+const ASYNC_PER_SEC: u32 = 16;
 
 /// An IPv4 address and port, printable in log lines.
 struct Addr(SocketAddrV4);
@@ -490,6 +496,9 @@ struct State {
     phase: Phase,
     /// The CM id until the QP is made on it.
     pending: Option<CmId<IserConn>>,
+    /// The RDMA resources (and the CM id) are gone: set by whichever of
+    /// `ep_disconnect` and the device-removal handler freed them.
+    released: bool,
 }
 
 /// An iSER connection: what an iSCSI endpoint stands for.
@@ -520,6 +529,15 @@ pub(crate) struct IserConn {
     tx_octets: AtomicU64,
     rx_octets: AtomicU64,
     failed: AtomicBool,
+    /// Who destroys the CM id (see [`CmIdState`]).
+    id_state: CmIdState,
+    /// The clock of the async-message limit.
+    born: Instant<Monotonic>,
+    /// Start (milliseconds after `born`) of the current one-second window
+    /// of the async-message limit, and the async messages seen in it. Only
+    /// the receive path (one CQ, serialised) uses them.
+    async_window: AtomicI64,
+    async_count: AtomicU32,
 }
 
 /// The resources of a connected iSER connection. Dropping it (after the
@@ -877,6 +895,7 @@ impl IserConn {
                 state <- new_mutex!(State {
                     phase: Phase::Connecting,
                     pending: None,
+                    released: false,
                 }),
                 cv <- new_condvar!(),
                 bound: ConnSlot::new(),
@@ -892,6 +911,10 @@ impl IserConn {
                 tx_octets: AtomicU64::new(0),
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
+                id_state: CmIdState::new(),
+                born: Instant::now(),
+                async_window: AtomicI64::new(0),
+                async_count: AtomicU32::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -964,21 +987,41 @@ impl IserConn {
                 n
             );
         }
-        let pending = {
+        {
             let mut st = self.state.lock();
             if st.phase != Phase::Failed {
                 st.phase = Phase::Terminating;
             }
             self.cv.notify_all();
-            st.pending.take()
-        };
+        }
+        self.release();
+    }
+
+    /// Frees the RDMA resources: the QP (drained first), CQ, MRs, buffers,
+    /// the device context and the CM id. Returns when they are gone, also
+    /// when another thread freed them: `ep_disconnect` and the CM's
+    /// device-removal handler may both get here.
+    fn release(&self) {
         // Destroying the id waits for its handler, which takes the state
-        // lock: done outside it.
+        // lock: done outside it. (In the device-removal handler, dropping
+        // the id gives it to the CM instead.)
+        let pending = self.state.lock().pending.take();
         drop(pending);
-        if let Some(r) = self.res.as_ref() {
+        let mine = match self.res.as_ref() {
             // Waits for fast-path users, then drops the resources, which
-            // drains the QP.
-            r.revoke();
+            // drains the QP and drops the id last.
+            Some(r) => r.revoke(),
+            None => true,
+        };
+        let mut st = self.state.lock();
+        if mine {
+            st.released = true;
+            self.cv.notify_all();
+        } else {
+            // The other one is dropping them: wait until it is done.
+            while !st.released {
+                self.cv.wait(&mut st);
+            }
         }
     }
 
@@ -1074,6 +1117,16 @@ impl IserConn {
         connected
     }
 
+    /// Counts an async message against [`ASYNC_PER_SEC`]; false past it.
+    fn async_allowed(&self) -> bool {
+        let now = self.born.elapsed().as_millis();
+        if now - self.async_window.load(Ordering::Relaxed) >= 1000 {
+            self.async_window.store(now, Ordering::Relaxed);
+            self.async_count.store(0, Ordering::Relaxed);
+        }
+        self.async_count.fetch_add(1, Ordering::Relaxed) < ASYNC_PER_SEC
+    }
+
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.
     fn received(&self, res: &Res, tag: u32, wc: Wc) {
         let (buf, ff) = if tag == 0 {
@@ -1130,6 +1183,13 @@ impl IserConn {
                 return Err("foreign remote invalidation");
             }
             res.conn.mr_invalidated(idx);
+        }
+        if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
+            pr_err!(
+                "target sent more than {} async messages in a second\n",
+                ASYNC_PER_SEC
+            );
+            return Err("async message flood");
         }
         match pdu.opcode {
             TargetOpcode::TextResponse => {
@@ -1219,10 +1279,30 @@ impl CmHandler for IserConn {
                 drop(st);
                 self.fail("connection error");
             }
-            CmEvent::Disconnected
-            | CmEvent::AddrChange
-            | CmEvent::TimewaitExit
-            | CmEvent::DeviceRemoval => {
+            CmEvent::DeviceRemoval => {
+                // The device goes once every connection on it is gone, and
+                // iscsid may not be there to end this one: fail it (iscsid,
+                // if alive, recovers the session through another
+                // connection) and free its RDMA resources now, CM id
+                // included. Later calls from libiscsi find nothing.
+                let was_up = st.phase == Phase::Up;
+                self.up.store(false, Ordering::Release);
+                st.phase = match st.phase {
+                    Phase::Connecting | Phase::Failed => Phase::Failed,
+                    _ => Phase::Terminating,
+                };
+                self.cv.notify_all();
+                drop(st);
+                pr_warn!(
+                    "RDMA device of the connection to {} removed: freeing its resources\n",
+                    Addr(self.dst)
+                );
+                if was_up && !self.logged_out.load(Ordering::Acquire) {
+                    self.fail("RDMA device removed");
+                }
+                self.release();
+            }
+            CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
                 let was_up = st.phase == Phase::Up;
                 self.up.store(false, Ordering::Release);
                 match st.phase {
@@ -1235,7 +1315,6 @@ impl CmHandler for IserConn {
                 // After a logout the target closing is the expected end.
                 if was_up && !self.logged_out.load(Ordering::Acquire) {
                     self.fail(match event {
-                        CmEvent::DeviceRemoval => "RDMA device removed",
                         CmEvent::AddrChange => "address changed",
                         _ => "disconnected by the target",
                     });
@@ -1243,6 +1322,10 @@ impl CmHandler for IserConn {
             }
             CmEvent::Other(n) => pr_debug!("CM event {} ignored\n", n),
         }
+    }
+
+    fn id_state(&self) -> &CmIdState {
+        &self.id_state
     }
 }
 

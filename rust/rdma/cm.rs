@@ -4,7 +4,11 @@
 
 use super::Device;
 use crate::bindings;
-use core::{net::SocketAddrV4, ptr::NonNull};
+use core::{
+    net::SocketAddrV4,
+    ptr::NonNull,
+    sync::atomic::{AtomicU8, Ordering},
+};
 use kernel::{
     error::to_result,
     prelude::*,
@@ -79,8 +83,43 @@ impl CmEvent {
 /// Receives the events of a [`CmId`].
 pub(crate) trait CmHandler: Send + Sync + 'static {
     /// Called by the CM, serialised per id, in process context. It must not
-    /// drop the [`CmId`] it is called for.
+    /// drop the [`CmId`] it is called for, except for
+    /// [`CmEvent::DeviceRemoval`]: a handler that drops its id then (with
+    /// everything made on it, such as the QP) gives the id to the CM, which
+    /// destroys it when the handler returns. That is how a connection lets
+    /// an RDMA device go without waiting for anyone else (iscsid) to act.
     fn event(&self, id: &CmIdRef, event: CmEvent);
+
+    /// The handler's [`CmIdState`]: one per handler, as a handler serves
+    /// one id.
+    fn id_state(&self) -> &CmIdState;
+}
+
+/// Who destroys a [`CmId`]: `drop`, or the CM after a device-removal event
+/// whose handler dropped the id. Kept in the handler, where both the CM's
+/// callback and `drop` find it.
+pub(crate) struct CmIdState(AtomicU8);
+
+/// No device removal under way, nobody destroying the id.
+const ID_NORMAL: u8 = 0;
+/// The device-removal handler runs; a `drop` now leaves the id to the CM.
+const ID_IN_REMOVAL: u8 = 1;
+/// `drop` ran during the device-removal handler: the CM destroys the id.
+const ID_GIVEN_TO_CM: u8 = 2;
+/// `drop` is destroying the id (or has).
+const ID_DESTROYING: u8 = 3;
+
+impl CmIdState {
+    /// A state for a handler whose id is not made yet.
+    pub(crate) const fn new() -> Self {
+        Self(AtomicU8::new(ID_NORMAL))
+    }
+}
+
+impl Default for CmIdState {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The id an event is delivered for, borrowed for the duration of the event.
@@ -222,31 +261,101 @@ impl<H: CmHandler> CmId<H> {
         id: *mut bindings::rdma_cm_id,
         event: *mut bindings::rdma_cm_event,
     ) -> c_int {
-        // The id's context was set by `new` and stays valid until `drop`
-        // destroys the id, which waits for running callbacks to finish.
+        // The id's context was set by `new` and stays valid until the id is
+        // destroyed: by `drop`, which waits for running callbacks to finish,
+        // or by the CM after this callback returns non-zero.
         // SAFETY: The CM passes a live id and event (function contract).
-        let (id, ev, handler) = unsafe {
+        let (ctx, id, ev) = unsafe {
             (
+                (*id).context,
                 &*id.cast::<CmIdRef>(),
                 CmEvent::from_raw(&*event),
-                Arc::<H>::borrow((*id).context),
             )
         };
-        handler.event(id, ev);
-        // Zero: the id stays alive; only `drop` destroys it.
-        0
+        let given_to_cm = {
+            // SAFETY: `ctx` came from `into_foreign` in `new` and is
+            // released only below or by `drop`, neither of which has run.
+            let handler = unsafe { Arc::<H>::borrow(ctx) };
+            let state = &handler.id_state().0;
+            if ev == CmEvent::DeviceRemoval {
+                if state
+                    .compare_exchange(
+                        ID_NORMAL,
+                        ID_IN_REMOVAL,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+                {
+                    // `drop` is destroying the id and waits for this callback:
+                    // the handler must not be asked to drop it again.
+                    return 0;
+                }
+                handler.event(id, ev);
+                state
+                    .compare_exchange(
+                        ID_IN_REMOVAL,
+                        ID_NORMAL,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+            } else {
+                if state.load(Ordering::Acquire) == ID_DESTROYING {
+                    return 0;
+                }
+                handler.event(id, ev);
+                false
+            }
+        };
+        if !given_to_cm {
+            // Zero: the id stays alive; `drop` destroys it.
+            return 0;
+        }
+        // The handler dropped its `CmId`, which left the id to the CM: no
+        // callback runs for it after this one.
+        // SAFETY: `ctx` came from `into_foreign` in `new`; `drop` did not
+        // reclaim it (it saw `ID_IN_REMOVAL`).
+        drop(unsafe { Arc::<H>::from_foreign(ctx) });
+        // Non-zero: the CM destroys the id.
+        1
     }
 }
 
 impl<H: CmHandler> Drop for CmId<H> {
     fn drop(&mut self) {
+        // SAFETY: The id is valid (type invariant).
+        let ctx = unsafe { (*self.id.as_ptr()).context };
+        {
+            // SAFETY: `ctx` came from `into_foreign` in `new`; it is only
+            // reclaimed below or by the callback after this drop.
+            let handler = unsafe { Arc::<H>::borrow(ctx) };
+            let state = &handler.id_state().0;
+            loop {
+                let (from, to) = match state.load(Ordering::Acquire) {
+                    ID_IN_REMOVAL => (ID_IN_REMOVAL, ID_GIVEN_TO_CM),
+                    cur => (cur, ID_DESTROYING),
+                };
+                if state
+                    .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    // The device-removal callback started or ended meanwhile.
+                    continue;
+                }
+                if to == ID_GIVEN_TO_CM {
+                    // Dropped by (or during) the device-removal handler: the
+                    // CM destroys the id and the callback releases the
+                    // context when the handler returns. Nothing here touches
+                    // the id again.
+                    return;
+                }
+                break;
+            }
+        }
         // SAFETY: The id is valid (type invariant); `rdma_destroy_id` waits
         // for a running event callback, so none runs after it returns.
-        let ctx = unsafe {
-            let ctx = (*self.id.as_ptr()).context;
-            bindings::rdma_destroy_id(self.id.as_ptr());
-            ctx
-        };
+        unsafe { bindings::rdma_destroy_id(self.id.as_ptr()) };
         // SAFETY: `ctx` came from `into_foreign` in `new`; the id that used
         // it is gone.
         drop(unsafe { Arc::<H>::from_foreign(ctx) });

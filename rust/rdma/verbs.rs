@@ -299,7 +299,7 @@ impl Drop for Mr<'_> {
 #[kunit_tests(riser_rdma)]
 mod tests {
     use super::super::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef},
+        cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
         Client, ClientDriver, Device,
     };
     use super::*;
@@ -427,6 +427,7 @@ mod tests {
         seen: AtomicU32,
         status: AtomicI32,
         bound: AtomicU32,
+        id_state: CmIdState,
     }
 
     impl Waiter {
@@ -438,6 +439,7 @@ mod tests {
                     seen: AtomicU32::new(0),
                     status: AtomicI32::new(0),
                     bound: AtomicU32::new(0),
+                    id_state: CmIdState::new(),
                 }),
                 GFP_KERNEL,
             )
@@ -471,6 +473,10 @@ mod tests {
                 ROUTE_OK | ROUTE_ERR => self.route.complete_all(),
                 _ => {}
             }
+        }
+
+        fn id_state(&self) -> &CmIdState {
+            &self.id_state
         }
     }
 

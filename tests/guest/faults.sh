@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Faults under I/O, against LIO over soft-RoCE:
+#  - the target drops the connection (TPG disabled) for less than the
+#    replacement timeout while fio writes and verifies: the session recovers
+#    through iscsid, fio finds no error and no corrupt block;
+#  - the same for longer than the replacement timeout: I/O fails with EIO,
+#    nothing hangs, the session comes back when the target does;
+#  - the RDMA device is deleted and re-added under fio: riser frees the
+#    connection in the CM's device-removal event, the session recovers;
+#  - the RDMA device is deleted with iscsid killed: the deletion does not
+#    wait for anyone, iscsid restarted logs out, riser unloads;
+#  - bus and host resets (sg_reset -b, -H) under fio load, data verified;
+# then logout, rmmod, and a kmemleak scan.
+
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/guest/target.sh"
+KO=$RISER_TOP/riser.ko
+IP=192.168.77.1
+IQN=iqn.2026-11.org.riser:faults
+TPG=$LIO/iscsi/$IQN/tpgt_1
+NP=$TPG/np/$IP:3260
+
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+
+sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
+session_up() { [ "$(cat "$(sess)/state" 2>/dev/null)" = LOGGED_IN ]; }
+conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
+# The disk has its size back: sd reads the capacity as 0 while the session
+# is failed, and again once it is back.
+disk_sized() { [ "$(blockdev --getsize64 "$DEV" 2>/dev/null || echo 0)" -gt 0 ]; }
+
+# outage SECONDS CMD_OFF CMD_ON: the target away for SECONDS.
+outage() {
+	local secs=$1 off=$2 on=$3
+	$off || return 1
+	sleep "$secs"
+	$on
+}
+tpg_off() { echo 0 >"$TPG/enable"; }
+tpg_on() { echo 1 >"$TPG/enable"; }
+rxe_off() { timeout 60 rdma link delete rxe0; }
+# A new rxe device, and LIO's iSER listener on it (isert drops its listener
+# when the device it was bound to goes away).
+rxe_on() {
+	rdma link add rxe0 type rxe netdev dummy0 || return 1
+	_wait_for 10 _rdma_dev_for "$IP" || return 1
+	echo 0 >"$NP/iser"
+	echo 1 >"$NP/iser"
+}
+
+# verified_through_outage SECONDS OFF ON: fio writes and verifies while the
+# target goes away for SECONDS and comes back.
+verified_through_outage() {
+	local pid rc=0
+	fio_verify "$DEV" randwrite 16k 8 8M >"$RISER_OUT/fio-outage.log" 2>&1 &
+	pid=$!
+	sleep 3
+	outage "$@" || rc=1
+	wait "$pid" || rc=1
+	cat "$RISER_OUT/fio-outage.log"
+	return $rc
+}
+
+# eio_through_long_outage: with a 5 s replacement timeout, a 20 s outage
+# fails fio's I/O with an error; fio must end on its own (no hang).
+eio_through_long_outage() {
+	local pid rc=0 out=$RISER_OUT/fio-eio.log
+	echo 5 >"$(sess)/recovery_tmo" || return 1
+	timeout 150 fio --name=eio --filename="$DEV" --direct=1 --ioengine=libaio \
+		--rw=randwrite --bs=4k --iodepth=4 --size=8M --time_based --runtime=120 \
+		--output-format=terse >"$out" 2>&1 &
+	pid=$!
+	sleep 3
+	tpg_off || rc=1
+	wait "$pid"
+	local frc=$?
+	cat "$out"
+	echo "fio exit status $frc"
+	# 124: timeout killed it (a hang); 0: no error seen.
+	[ "$frc" != 124 ] && [ "$frc" != 0 ] || rc=1
+	grep -q "Input/output error" "$out" || rc=1
+	# A read now fails at once too, rather than hanging.
+	timeout 30 dd if="$DEV" of=/dev/null bs=4k count=1 iflag=direct status=none
+	[ $? = 1 ] || rc=1
+	tpg_on || rc=1
+	return $rc
+}
+
+# reset_under_load CMD: sg_reset CMD (-b bus, -H host) twice during fio. The
+# iSCSI host has no bus or host reset handler (as with ib_iser), so the
+# midlayer may refuse the reset; what counts is that I/O goes on, verified.
+reset_under_load() {
+	local pid rc=0
+	fio_verify "$DEV" randwrite 64k 16 8M &
+	pid=$!
+	sleep 3
+	sg_reset "$1" "$DEV"
+	echo "sg_reset $1: exit status $?"
+	sleep 1
+	sg_reset "$1" "$DEV"
+	echo "sg_reset $1: exit status $?"
+	wait "$pid" || rc=1
+	return $rc
+}
+
+check "RDMA device (rxe) created" setup_rdma rxe "$IP"
+check "riser's dependencies load" load_deps
+check "insmod riser.ko" insmod "$KO"
+check "kmemleak cleared" kmemleak_clear
+check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 64
+check "iscsid started" iscsi_start
+check "login" iscsi_login "$IQN" "$IP"
+DEV=$(iscsi_dev "$IQN") || DEV=/dev/null
+check "disk $DEV appears" test -b "$DEV"
+echo 60 >"$(sess)/recovery_tmo"
+
+dmesg_mark
+check "TPG disabled 5 s under fio: fio verified, no I/O error" \
+	verified_through_outage 5 tpg_off tpg_on
+check "  the connection was lost and riser reported it" conn_lost
+check "  the session is logged in again" _wait_for 60 session_up
+
+dmesg_mark
+check "TPG disabled past the replacement timeout: fio ends with EIO, no hang" \
+	eio_through_long_outage
+check "  the session is logged in again once the target is back" _wait_for 90 session_up
+echo 60 >"$(sess)/recovery_tmo"
+check "  the disk has its size back" _wait_for 60 disk_sized
+check "  the disk works again, data verified" fio_verify "$DEV" randrw 4k 8 2M
+
+dmesg_mark
+check "rxe deleted and re-added under fio: fio verified, no I/O error" \
+	verified_through_outage 3 rxe_off rxe_on
+check "  riser freed the connection in the device-removal event" \
+	dmesg_has "riser: RDMA device of the connection to $IP:3260 removed"
+check "  the session is logged in again" _wait_for 60 session_up
+
+check "bus reset (sg_reset -b) under fio load, data verified" reset_under_load -b
+check "host reset (sg_reset -H) under fio load, data verified" reset_under_load -H
+check "  the session is logged in" _wait_for 60 session_up
+
+dmesg_mark
+check "iscsid killed" kill -KILL "$ISCSID_PID"
+wait "$ISCSID_PID" 2>/dev/null
+ISCSID_PID=
+check "rxe deleted with iscsid gone: the deletion returns" rxe_off
+check "  riser freed the connection in the device-removal event" \
+	dmesg_has "riser: RDMA device of the connection to $IP:3260 removed"
+check "  rxe re-added" rxe_on
+check "iscsid restarted" iscsi_start
+check "  the session is logged in again" _wait_for 90 session_up
+check "  the disk works, data verified" fio_verify "$DEV" randrw 4k 8 2M
+
+check "logout" iscsi_logout "$IQN" "$IP"
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
+check "rmmod riser" rmmod riser
+check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
+save_dmesg
