@@ -6,11 +6,16 @@
 #   make lint       rustfmt --check, clippy with the kernel's lints, W=1 build with -Werror
 #   make demo       boot a guest and show riser at work: soft-RoCE, a LIO target,
 #                   discovery, login, ext4 made, written and read back, logout
-#   make check      lint, host unit tests of the proto layer, then every test
-#                   inside guests (KUnit, sysfs, sessions over rxe and siw, the
-#                   negotiation matrix, CHAP, resets, two sessions, discovery of
-#                   many targets, leak scans); ends "N passed, N failed"
+#                   (on the fast kernel flavour, which it builds if needed)
+#   make check      lint, host unit tests of the proto layer, a time-boxed fuzz
+#                   run, then every test inside guests on the debug kernel
+#                   (KUnit, sysfs, sessions over rxe and siw, the negotiation
+#                   matrix, CHAP, resets, two sessions, discovery of many
+#                   targets, faults, a hostile target, leak scans); ends
+#                   "N passed, N failed"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
+#   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
+#   make evil       the hostile iSER target (tests/target/iser-evil.c)
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
@@ -18,17 +23,23 @@
 # KDIR may name any kernel tree built with CONFIG_RUST=y.
 
 KDIR ?= $(shell $(CURDIR)/scripts/setup --print-kdir)
+FAST_KDIR ?= $(shell $(CURDIR)/scripts/setup --flavour fast --print-kdir 2>/dev/null)
 LLVM ?= -19
 RUSTFMT ?= rustfmt
 KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean host-test reference demo
+.PHONY: all modules lint fmt check clean host-test fuzz reference demo evil
 
 # The guest scripts of `make check`, one guest each.
 GUEST_TESTS = tests/guest/check.sh tests/guest/session.sh tests/guest/session-siw.sh \
-	tests/guest/unreg.sh tests/guest/features.sh tests/guest/matrix.sh
+	tests/guest/unreg.sh tests/guest/features.sh tests/guest/matrix.sh \
+	tests/guest/faults.sh tests/guest/hostile.sh
+
+# The hostile iSER target (userspace verbs), run inside the guest.
+EVIL = out/iser-evil
+EVIL_CFLAGS = -O2 -g -Wall -Wextra -Werror
 
 all: modules
 
@@ -56,11 +67,36 @@ host-test:
 	# every *.o below this tree, cargo's incremental files included.
 	CARGO_INCREMENTAL=0 cargo test --manifest-path tests/host/Cargo.toml 2>&1 | tee out/host-test.log
 
-check: lint host-test
-	RISER_HOST_LOG=out/host-test.log tests/run-guest --kdir $(KDIR) $(GUEST_TESTS)
+evil: $(EVIL)
 
-demo: modules
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) --out out/demo tests/guest/demo.sh; \
+$(EVIL): tests/target/iser-evil.c
+	@mkdir -p out
+	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
+
+# The proto layer fuzzed with cargo-fuzz, time-boxed (RISER_FUZZ_SECONDS per
+# target, default 30); tests/run-guest adds its results to the total, so a
+# crash fails make check after the guests have run too.
+fuzz:
+	@mkdir -p out
+	tests/fuzz/run 2>&1 | tee out/fuzz.log
+
+check: lint host-test $(EVIL)
+	-$(MAKE) --no-print-directory fuzz
+	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
+		tests/run-guest --kdir $(KDIR) $(GUEST_TESTS)
+
+# The demo runs on the fast kernel flavour (no KASAN, lockdep or kmemleak),
+# which setup builds on first use (about 12 minutes, cached); FAST_KDIR
+# names another tree. riser.ko is rebuilt for it (make check rebuilds it for
+# the debug kernel).
+demo:
+	@kdir="$(FAST_KDIR)"; \
+	if [ -z "$$kdir" ]; then \
+		$(CURDIR)/scripts/setup --flavour fast >&2 || exit 1; \
+		kdir=$$($(CURDIR)/scripts/setup --flavour fast --print-kdir) || exit 1; \
+	fi; \
+	$(MAKE) --no-print-directory KDIR="$$kdir" clean modules >/dev/null || exit 1; \
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir "$$kdir" --out out/demo tests/guest/demo.sh; \
 	rc=$$?; cat out/demo/demo.log; exit $$rc
 
 reference: modules
@@ -70,4 +106,4 @@ reference: modules
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean
-	rm -rf rust/bindings_generated.rs tests/host/target
+	rm -rf rust/bindings_generated.rs tests/host/target tests/fuzz/target

@@ -3,4 +3,7 @@
 #
 # tests/guest/session.sh over soft-iWARP (siw) instead of soft-RoCE.
 export RISER_RDMA=siw
+# The block-size sweep runs over rxe in session.sh; over siw, one small and
+# one large size (random and sequential, QD 1 and 32) prove the device.
+export RISER_FIO_BS=${RISER_FIO_BS:-4k 1m}
 . "$RISER_TOP/tests/guest/session.sh"

@@ -93,7 +93,10 @@ struct conn {
 	int tx_inflight;
 	struct pend pend[NPEND];
 	uint32_t statsn, exp_cmdsn;
+	/* silent: SCSI commands go unanswered (until a TMF, unless silent_all:
+	 * then TMFs too; NOP-Outs are always answered) */
 	bool ffp, closing, silent, silent_all;
+	bool dead;		/* the CM said the connection is gone: free it */
 	int reads;
 	uint32_t last_itt;	/* last answered command (for stale-itt) */
 	bool have_last;
@@ -123,6 +126,52 @@ static bool verbose;
 static uint8_t *disk;
 static size_t disk_size = 64u << 20;
 static struct conn *cur;
+static struct rdma_event_channel *ec;
+
+static struct conn *conn_new(struct rdma_cm_event *ev);
+static void logv(const char *fmt, ...);
+
+/*
+ * Handles the CM events that are there, without waiting. Called from the
+ * main loop and while waiting for send buffers (a flood must notice that the
+ * initiator went away). A connection the CM ends is marked dead; the main
+ * loop frees it.
+ */
+static void cm_poll(void)
+{
+	struct rdma_cm_event *ev;
+
+	while (rdma_get_cm_event(ec, &ev) == 0) {
+		enum rdma_cm_event_type t = ev->event;
+		struct rdma_cm_id *id = ev->id;
+
+		logv("cm event %s\n", rdma_event_str(t));
+		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			if (cur) {
+				/* One connection at a time: the initiator retries. */
+				rdma_ack_cm_event(ev);
+				rdma_reject(id, NULL, 0);
+				rdma_destroy_id(id);
+				continue;
+			}
+			cur = conn_new(ev);
+			rdma_ack_cm_event(ev);
+			if (cur)
+				printf("evil: connection accepted\n");
+			fflush(stdout);
+			continue;
+		}
+		rdma_ack_cm_event(ev);
+		if (cur && id == cur->id && !cur->dead &&
+		    (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+		     t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_UNREACHABLE)) {
+			printf("evil: connection closed (%s)\n", rdma_event_str(t));
+			fflush(stdout);
+			cur->dead = true;
+			cur->closing = true;
+		}
+	}
+}
 
 static void logv(const char *fmt, ...)
 {
@@ -223,6 +272,7 @@ static int tx_get(struct conn *c)
 				c->tx_busy[i] = true;
 				return i;
 			}
+		cm_poll();
 		if (c->closing || poll_cq(c, true))
 			return -1;
 	}
@@ -545,7 +595,7 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 		break;
 	case M_FLOOD_ASYNC: {
 		/* AsyncEvent 255: vendor specific; iscsid logs it. */
-		for (int n = 0; n < 300 && !c->closing; n++) {
+		for (int n = 0; n < 1000 && !c->closing; n++) {
 			i = tx_get(c);
 			if (i < 0)
 				return;
@@ -771,17 +821,37 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 	case 0x00:	/* NOP-Out */
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
-		if (be32(bhs + 16) != 0xffffffff && !c->silent_all)
+		if (be32(bhs + 16) != 0xffffffff)
 			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
 		break;
-	case 0x02:	/* Task management: done (a held command is dropped) */
-		printf("evil: TMF function %u%s\n", bhs[1] & 0x7f, c->silent_all ? " ignored" : "");
+	case 0x02: {	/* Task management: done (a held command is dropped) */
+		uint8_t fn = bhs[1] & 0x7f;
+		uint8_t *r;
+		int i;
+
+		/*
+		 * silent-all: an ABORT TASK is refused (Function Rejected), so
+		 * the initiator escalates to a LU reset, which is never answered.
+		 */
+		printf("evil: TMF function %u%s\n", fn,
+		       !c->silent_all ? "" : fn == 1 ? " rejected" : " ignored");
 		fflush(stdout);
-		if (c->silent_all)
+		if (c->silent_all && fn != 1)
 			break;
-		c->silent = false;
-		send_simple(c, 0x22, be32(bhs + 16), 0, true, NULL, 0);
+		if (!c->silent_all)
+			c->silent = false;
+		i = tx_get(c);
+		if (i < 0)
+			break;
+		r = pdu_start(c, i) + ISER_HDR;
+		r[0] = 0x22;
+		r[1] = 0x80;
+		r[2] = c->silent_all ? 5 : 0;
+		put32(r + 16, be32(bhs + 16));
+		set_sn(c, r, true);
+		tx_post(c, i, HDRS, 0, false);
 		break;
+	}
 	case 0x04:	/* Text: nothing to say */
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
@@ -909,7 +979,7 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 	cp.responder_resources = req->initiator_depth;
 	cp.initiator_depth = req->responder_resources < da.max_qp_init_rd_atom ?
 			     req->responder_resources : da.max_qp_init_rd_atom;
-	cp.rnr_retry_count = 7;
+	cp.rnr_retry_count = 6;
 	if (rdma_accept(id, &cp))
 		goto fail;
 	return c;
@@ -932,7 +1002,6 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(3260) };
-	struct rdma_event_channel *ec;
 	struct rdma_cm_id *listen_id;
 	const char *addr = NULL;
 	int opt;
@@ -982,7 +1051,6 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	for (;;) {
 		struct pollfd fds[2] = { { .fd = ec->fd, .events = POLLIN } };
-		struct rdma_cm_event *ev;
 		int nfds = 1;
 
 		if (cur) {
@@ -1007,34 +1075,10 @@ int main(int argc, char **argv)
 			if (!ibv_get_cq_event(cur->ch, &cq, &ctx))
 				ibv_ack_cq_events(cq, 1);
 		}
-		while (rdma_get_cm_event(ec, &ev) == 0) {
-			enum rdma_cm_event_type t = ev->event;
-			struct rdma_cm_id *id = ev->id;
-
-			logv("cm event %s\n", rdma_event_str(t));
-			if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
-				if (cur) {
-					rdma_ack_cm_event(ev);
-					rdma_reject(id, NULL, 0);
-					rdma_destroy_id(id);
-					continue;
-				}
-				cur = conn_new(ev);
-				rdma_ack_cm_event(ev);
-				if (cur)
-					printf("evil: connection accepted\n");
-				fflush(stdout);
-				continue;
-			}
-			rdma_ack_cm_event(ev);
-			if (cur && id == cur->id &&
-			    (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
-			     t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_UNREACHABLE)) {
-				printf("evil: connection closed (%s)\n", rdma_event_str(t));
-				fflush(stdout);
-				conn_free(cur);
-				cur = NULL;
-			}
+		cm_poll();
+		if (cur && cur->dead) {
+			conn_free(cur);
+			cur = NULL;
 		}
 	}
 }
