@@ -28,9 +28,14 @@ NP=$TPG/np/$IP:3260
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 session_up() { [ "$(cat "$(sess)/state" 2>/dev/null)" = LOGGED_IN ]; }
 conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
-# The disk has its size back: sd reads the capacity as 0 while the session
-# is failed, and again once it is back.
+# The disk has its size back. Once the replacement timeout has failed the
+# session, sd reads the capacity as 0; after the session is back it is read
+# again on a rescan, as a user does (iscsiadm -m session -R does the same).
 disk_sized() { [ "$(blockdev --getsize64 "$DEV" 2>/dev/null || echo 0)" -gt 0 ]; }
+rescan_sized() {
+	echo 1 >"/sys/block/${DEV#/dev/}/device/rescan" || return 1
+	_wait_for 30 disk_sized
+}
 
 # outage SECONDS CMD_OFF CMD_ON: the target away for SECONDS.
 outage() {
@@ -128,7 +133,7 @@ check "TPG disabled past the replacement timeout: fio ends with EIO, no hang" \
 	eio_through_long_outage
 check "  the session is logged in again once the target is back" _wait_for 90 session_up
 echo 60 >"$(sess)/recovery_tmo"
-check "  the disk has its size back" _wait_for 60 disk_sized
+check "  a rescan gives the disk its size back" rescan_sized
 check "  the disk works again, data verified" fio_verify "$DEV" randrw 4k 8 2M
 
 dmesg_mark
