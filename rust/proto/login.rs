@@ -162,27 +162,14 @@ use kernel::prelude::kunit_tests;
 mod tests {
     use super::*;
 
-    /// A xorshift64 generator with a fixed seed: the same values every run.
-    struct Rng(u64);
+    use super::super::TestRng as Rng;
 
-    impl Rng {
-        fn u64(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
+    /// This module's draws from the shared test generator.
+    trait ModRng {
+        fn number(&mut self) -> u32;
+    }
 
-        fn u32(&mut self) -> u32 {
-            let b = self.u64().to_le_bytes();
-            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
-        }
-
-        /// A value below `n` (not zero).
-        fn below(&mut self, n: usize) -> usize {
-            usize::try_from(self.u32()).unwrap_or(0) % n
-        }
-
+    impl ModRng for Rng {
         /// A number as login texts carry them: small, near the usual
         /// receive sizes, or anything.
         fn number(&mut self) -> u32 {

@@ -32,3 +32,28 @@ pub(crate) enum ProtoError {
     /// The completion reports more bytes than the receive buffer holds.
     Overrun,
 }
+
+/// A xorshift64 generator with a fixed seed, for the property tests of the
+/// proto modules (KUnit and cargo test): the same values every run.
+#[cfg(any(MODULE, test))]
+pub(crate) struct TestRng(pub(crate) u64);
+
+#[cfg(any(MODULE, test))]
+impl TestRng {
+    pub(crate) fn u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub(crate) fn u32(&mut self) -> u32 {
+        let b = self.u64().to_le_bytes();
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+    }
+
+    /// A value below `n` (not zero).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.u32()).unwrap_or(0) % n
+    }
+}

@@ -134,27 +134,7 @@ impl RxPdu {
 mod tests {
     use super::*;
 
-    /// A xorshift64 generator with a fixed seed: the same values every run.
-    struct Rng(u64);
-
-    impl Rng {
-        fn u64(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn u32(&mut self) -> u32 {
-            let b = self.u64().to_le_bytes();
-            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
-        }
-
-        /// A value below `n` (not zero).
-        fn below(&mut self, n: usize) -> usize {
-            usize::try_from(self.u32()).unwrap_or(0) % n
-        }
-    }
+    use super::super::TestRng as Rng;
 
     /// Whether `parse` must accept, from its documentation: a plain control
     /// iSER header (no W, R or reserved bit), a BHS with a target opcode and

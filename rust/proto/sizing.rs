@@ -201,22 +201,14 @@ pub(crate) fn conn_sizing(
 mod tests {
     use super::*;
 
-    /// A xorshift64 generator with a fixed seed: the same values every run.
-    struct Rng(u64);
+    use super::super::TestRng as Rng;
 
-    impl Rng {
-        fn u64(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
+    /// This module's draws from the shared test generator.
+    trait ModRng {
+        fn around(&mut self, lo: u32, hi: u32) -> u32;
+    }
 
-        fn u32(&mut self) -> u32 {
-            let b = self.u64().to_le_bytes();
-            u32::from_le_bytes([b[4], b[5], b[6], b[7]])
-        }
-
+    impl ModRng for Rng {
         /// Mostly a value in `lo..=hi`, now and then any.
         fn around(&mut self, lo: u32, hi: u32) -> u32 {
             if self.u32() & 15 == 0 {
