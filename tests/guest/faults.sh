@@ -85,11 +85,19 @@ eio_through_long_outage() {
 	cat "$out"
 	echo "fio exit status $frc"
 	# 124: timeout killed it (a hang); 0: no error seen.
-	[ "$frc" != 124 ] && [ "$frc" != 0 ] || rc=1
-	grep -q "Input/output error" "$out" || rc=1
+	[ "$frc" != 124 ] && [ "$frc" != 0 ] || { echo "FAIL: fio hung or saw no error"; rc=1; }
+	# The I/O error fio sees first depends on where its requests were when
+	# the replacement timeout fired: commands queued behind the blocked
+	# device fail with EIO as the midlayer sets it offline, a command that
+	# reaches libiscsi after the session failed with DID_TRANSPORT_FAILFAST,
+	# which the block layer turns into ENOLINK (ib_iser is the same).
+	grep -Eq "Input/output error|Link has been severed" "$out" ||
+		{ echo "FAIL: fio reported no EIO or ENOLINK"; rc=1; }
 	# A read now fails at once too, rather than hanging.
 	timeout 30 dd if="$DEV" of=/dev/null bs=4k count=1 iflag=direct status=none
-	[ $? = 1 ] || rc=1
+	local drc=$?
+	echo "dd exit status $drc"
+	[ $drc = 1 ] || { echo "FAIL: a read after the timeout did not fail at once"; rc=1; }
 	tpg_on || rc=1
 	return $rc
 }

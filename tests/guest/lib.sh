@@ -9,14 +9,21 @@ TAP=$RISER_OUT/checks.tap
 : >"$TAP"
 
 # check DESCRIPTION CMD...: run CMD; record ok or not ok.
+# A failed check also leaves the last lines of its output in the TAP file, as
+# "#" lines that tests/run-guest prints, so that a CI log says why.
 check() {
-	local what=$1
+	local what=$1 one=$RISER_OUT/.check.out t0=$SECONDS
 	shift
-	if "$@" >>"$RISER_OUT/guest.log" 2>&1; then
+	if "$@" >"$one" 2>&1; then
 		echo "ok - $what" >>"$TAP"
 	else
 		echo "not ok - $what" >>"$TAP"
+		tail -n 25 "$one" | sed 's/^/#   /' >>"$TAP"
 	fi
+	{
+		cat "$one"
+		echo "[check took $((SECONDS - t0))s: $what]"
+	} >>"$RISER_OUT/guest.log"
 }
 
 # expect_fail DESCRIPTION CMD...: CMD must fail.
