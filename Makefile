@@ -30,12 +30,13 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean host-test fuzz reference demo evil
+.PHONY: all modules lint fmt check clean host-test fuzz reference demo evil bench
 
 # The guest scripts of `make check`, one guest each.
-GUEST_TESTS = tests/guest/check.sh tests/guest/session.sh tests/guest/session-siw.sh \
-	tests/guest/unreg.sh tests/guest/features.sh tests/guest/matrix.sh \
-	tests/guest/faults.sh tests/guest/hostile.sh
+# Longest first: tests/run-guest runs two guests at a time.
+GUEST_TESTS = tests/guest/features.sh tests/guest/hostile.sh tests/guest/session.sh \
+	tests/guest/matrix.sh tests/guest/faults.sh tests/guest/session-siw.sh \
+	tests/guest/unreg.sh tests/guest/check.sh
 
 # The hostile iSER target (userspace verbs), run inside the guest.
 EVIL = out/iser-evil
@@ -89,6 +90,11 @@ check: lint host-test $(EVIL)
 # which setup builds on first use (about 12 minutes, cached); FAST_KDIR
 # names another tree. riser.ko is rebuilt for it (make check rebuilds it for
 # the debug kernel).
+# riser against ib_iser and iscsi_tcp on the fast kernel flavour (built by
+# setup on first use); FAST_KDIR names another tree. Tables in out/bench/.
+bench:
+	scripts/bench $(if $(FAST_KDIR),--kdir $(FAST_KDIR))
+
 demo:
 	@kdir="$(FAST_KDIR)"; \
 	if [ -z "$$kdir" ]; then \
