@@ -70,10 +70,8 @@ iface_of() { case $1 in iscsi_tcp) echo default ;; *) echo iser ;; esac; }
 # session_driver IQN: the module behind the session to IQN (riser, ib_iser
 # or iscsi_tcp), from its SCSI host.
 session_driver() {
-	local s h
-	s=$(iscsi_session "$1") || return 1
-	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null |
-		head -1) || return 1
+	local h
+	h=$(iscsi_host_of "$1") || return 1
 	case $(cat "$h/proc_name") in
 	iscsi_tcp) echo iscsi_tcp ;;
 	iscsi_iser) if [ -d /sys/module/riser ]; then echo riser; else echo ib_iser; fi ;;

@@ -20,6 +20,7 @@
 #   iscsi_logout IQN IP
 #   iscsi_discover_lists IP IQN                discovery over iser lists IQN
 #   iscsi_session_is_iser IP IQN               iscsiadm shows an iser session to IQN
+#   iscsi_host_of IQN                          prints the session's .../scsi_host/hostN
 #   iscsi_host_is_iscsi_iser IQN               the session's SCSI host is iscsi_iser
 #   iscsi_session IQN                          prints sessionN of the logged-in session
 #   iscsi_dev IQN [LUN] [TIMEOUT]              prints /dev/sdX, waiting for it
@@ -464,13 +465,26 @@ iscsi_session_is_iser() {
 	grep -q "^iser: .* ${1:?IP}:$LIO_PORT,1 ${2:?IQN} " <<<"$out"
 }
 
+# iscsi_host_of IQN: prints the scsi_host class directory (.../scsi_host/hostN)
+# of the session to IQN. The session device is a child of the host device
+# (device/..); device/../.. is tried too, for a transport that puts the
+# session one level deeper.
+iscsi_host_of() {
+	local s d h
+	s=$(iscsi_session "${1:?IQN}") || return 1
+	for d in .. ../..; do
+		for h in /sys/class/iscsi_session/"$s"/device/$d/scsi_host/host*; do
+			[ -e "$h/proc_name" ] && { echo "$h"; return 0; }
+		done
+	done
+	return 1
+}
+
 # iscsi_host_is_iscsi_iser IQN: the SCSI host of the session to IQN has
 # proc_name iscsi_iser.
 iscsi_host_is_iscsi_iser() {
-	local s h
-	s=$(iscsi_session "${1:?IQN}") || return 1
-	h=$(ls -d /sys/class/iscsi_session/"$s"/device/../scsi_host/host* 2>/dev/null ||
-		ls -d /sys/class/iscsi_session/"$s"/device/../../scsi_host/host*) || return 1
+	local h
+	h=$(iscsi_host_of "${1:?IQN}") || return 1
 	[ "$(cat "$h/proc_name")" = iscsi_iser ]
 }
 
