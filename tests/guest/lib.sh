@@ -9,10 +9,12 @@ TAP=$RISER_OUT/checks.tap
 : >"$TAP"
 
 # A kernel report in the log before the script has done anything (no riser,
-# no test module loaded yet) belongs to the boot, not to the test: under
-# KASAN in TCG about one boot in eight shows a wild-memory-access in
-# handle_edge_irq during identify_cpu at 0.1 s. The script stops at once and
-# tests/run-guest boots the guest again (it says so; twice at most).
+# no test module loaded yet) belongs to the boot, not to the test. Under
+# KASAN in TCG about one boot in eight showed a wild-memory-access in
+# handle_edge_irq during identify_cpu at 0.1 s, until tests/run-guest booted
+# with no5lvl (see there). Should a boot still report something, the script
+# stops at once and tests/run-guest boots the guest again (it says so;
+# twice at most).
 if _boot_report=$(dmesg | grep -m1 -E 'BUG:|WARNING:|Oops|general protection|Kernel panic'); then
 	echo "$_boot_report" >"$RISER_OUT/.boot-report"
 	dmesg >"$RISER_OUT/dmesg.txt"
@@ -20,16 +22,21 @@ if _boot_report=$(dmesg | grep -m1 -E 'BUG:|WARNING:|Oops|general protection|Ker
 fi
 
 # check DESCRIPTION CMD...: run CMD; record ok or not ok.
-# A failed check also leaves the last lines of its output in the TAP file, as
-# "#" lines that tests/run-guest prints, so that a CI log says why.
+# A failed check also leaves the last lines of its output, and the last
+# kernel lines logged while it ran, in the TAP file as "#" lines that
+# tests/run-guest prints, so that a CI log says why.
 check() {
-	local what=$1 one=$RISER_OUT/.check.out t0=$SECONDS
+	local what=$1 one=$RISER_OUT/.check.out t0=$SECONDS k0
 	shift
+	k0=$(dmesg | wc -l)
 	if "$@" >"$one" 2>&1; then
 		echo "ok - $what" >>"$TAP"
 	else
 		echo "not ok - $what" >>"$TAP"
-		tail -n 25 "$one" | sed 's/^/#   /' >>"$TAP"
+		{
+			tail -n 25 "$one" | sed 's/^/#   /'
+			dmesg | tail -n +"$((k0 + 1))" | tail -n 15 | sed 's/^/#   kernel: /'
+		} >>"$TAP"
 	fi
 	{
 		cat "$one"
