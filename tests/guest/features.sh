@@ -74,7 +74,7 @@ discovery_lists_all() {
 	"${d[@]}" -o new >/dev/null &&
 		"${d[@]}" -o update -n discovery.sendtargets.iscsi.MaxRecvDataSegmentLength -v 8192 &&
 		"${d[@]}" -o update -n discovery.sendtargets.timeo.login_timeout -v 60 &&
-		out=$(timeout "$ISCSI_TIMEOUT" "${d[@]}" --discover) || return 1
+		out=$(st_discover "${d[@]:1}" --discover) || return 1
 	n=$(grep -c " iqn.2026-11.org.riser:many-" <<<"$out")
 	echo "discovery listed $n of $MANY many-* targets, $(wc -c <<<"$out") bytes"
 	[ "$n" = "$MANY" ] && grep -q " $A\$" <<<"$out" && grep -q " $B\$" <<<"$out"

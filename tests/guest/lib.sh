@@ -44,6 +44,42 @@ check() {
 	} >>"$RISER_OUT/guest.log"
 }
 
+# bounded SECS CMD...: CMD, stopped after SECS seconds with status 124 like
+# timeout(1); before stopping it, the kernel stacks of CMD and its children
+# go to stderr, so that a hang in the kernel (a transport call that never
+# returns) shows where it waits.
+bounded() {
+	local secs=$1 pid wd rc fired
+	shift
+	fired=$(mktemp)
+	"$@" &
+	pid=$!
+	# The watchdog writes to stderr only: a $(bounded ...) must not wait
+	# for its sleep to close stdout.
+	{
+		sleep "$secs"
+		kill -0 "$pid" 2>/dev/null || exit 0
+		echo fired >"$fired"
+		echo "still running after ${secs}s: $*"
+		local p
+		for p in $pid $(pgrep -P "$pid"); do
+			echo "kernel stack of $p ($(cat "/proc/$p/comm" 2>/dev/null)):"
+			cat "/proc/$p/stack" 2>/dev/null
+		done
+		kill "$pid"
+	} >&2 &
+	wd=$!
+	wait "$pid"
+	rc=$?
+	# SIGPIPE: bash says "Terminated" when a SIGTERM ends its sleep.
+	pkill -PIPE -P "$wd" 2>/dev/null
+	kill "$wd" 2>/dev/null
+	wait "$wd" 2>/dev/null
+	[ -s "$fired" ] && rc=124
+	rm -f "$fired"
+	return $rc
+}
+
 # expect_fail DESCRIPTION CMD...: CMD must fail.
 expect_fail() {
 	local what=$1
