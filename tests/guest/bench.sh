@@ -9,6 +9,11 @@
 # ib_read_bw), a perf profile of riser, and the same over soft-iWARP (riser
 # and ib_iser; iscsi_tcp does not use the RDMA device).
 #
+# RISER_BENCH_B_KO names a second build of riser.ko (built for the same
+# kernel): it is measured as a fourth initiator, riser_b, in the same rounds
+# and the same rotation, so that a change to riser is judged against the
+# code before it in one run (the report adds riser_b/riser).
+#
 # The guest only measures: every fio run leaves its JSON output and the
 # /proc/stat lines before and after it in $RISER_OUT/raw/, named
 # DEV.BACKEND.INITIATOR.WORKLOAD.ROUND; scripts/bench-report turns them into
@@ -25,6 +30,13 @@ ROUNDS=${RISER_BENCH_ROUNDS:-3}
 RUNTIME=${RISER_BENCH_RUNTIME:-3}
 RAMP=${RISER_BENCH_RAMP:-1}
 DEVICES=${RISER_BENCH_DEVICES:-rxe siw}
+KO_B=${RISER_BENCH_B_KO:-}
+if [ -n "$KO_B" ] && [ ! -f "$KO_B" ]; then
+	echo "RISER_BENCH_B_KO: no file $KO_B" >&2
+	exit 1
+fi
+# Which build of riser is loaded: a ($KO) or b ($KO_B).
+RISER_LOADED=
 mkdir -p "$RAW"
 : >"$PROGRESS"
 T0=$SECONDS
@@ -56,10 +68,19 @@ fio_run() {
 }
 
 # The initiators. Each use_* makes its transport the one iscsiadm gets.
-use_riser() {
+# _load_riser a|b: that build of riser, and no other iSER initiator.
+_load_riser() {
 	if [ -d /sys/module/ib_iser ]; then rmmod ib_iser || return 1; fi
-	[ -d /sys/module/riser ] || insmod "$KO"
+	if [ -d /sys/module/riser ] && [ "$RISER_LOADED" != "$1" ]; then
+		rmmod riser || return 1
+	fi
+	if [ ! -d /sys/module/riser ]; then
+		case $1 in a) insmod "$KO" ;; b) insmod "$KO_B" ;; esac || return 1
+	fi
+	RISER_LOADED=$1
 }
+use_riser() { _load_riser a; }
+use_riser_b() { _load_riser b; }
 use_ib_iser() {
 	if [ -d /sys/module/riser ]; then rmmod riser || return 1; fi
 	[ -d /sys/module/ib_iser ] || modprobe ib_iser
@@ -93,7 +114,7 @@ measure() {
 		iqn=${t%@*} backend=${t##*@}
 		dev=$(iscsi_dev "$iqn" 0 60 2>>"$RISER_OUT/guest.log") || dev=
 		check "$rdma round $round: $init drives the session to $iqn" \
-			test "$(session_driver "$iqn")" = "$init"
+			test "$(session_driver "$iqn")" = "${init%_b}"
 		for w in "${WORKLOADS[@]}"; do
 			name=$rdma.$backend.$init.${w%% *}.$round
 			args=${w#* }
@@ -157,10 +178,10 @@ bench_device() {
 	if [ "$kind" = siw ]; then
 		ip=192.168.78.1 dev=siw0
 		# iscsi_tcp does not use the RDMA device: measured over rxe only.
-		inits=(riser ib_iser)
+		inits=(riser ${KO_B:+riser_b} ib_iser)
 	else
 		ip=192.168.77.1 dev=rxe0
-		inits=(riser ib_iser iscsi_tcp)
+		inits=(riser ${KO_B:+riser_b} ib_iser iscsi_tcp)
 	fi
 	iqn_rd=iqn.2026-11.org.riser:bench-$kind-rd
 	iqn_nb=iqn.2026-11.org.riser:bench-$kind-nullb
@@ -192,6 +213,7 @@ bench_device() {
 	grep -m1 'model name' /proc/cpuinfo
 	fio --version
 	ib_write_bw --version 2>&1 | head -1
+	[ -z "$KO_B" ] || echo "riser_b: $KO_B ($(modinfo -F srcversion "$KO_B" 2>/dev/null); riser: $(modinfo -F srcversion "$KO" 2>/dev/null))"
 } >"$RAW/meta.txt" 2>&1
 check "riser's dependencies load" load_deps
 check "iscsid started" iscsi_start
