@@ -213,7 +213,7 @@ bench_device() {
 	grep -m1 'model name' /proc/cpuinfo
 	fio --version
 	ib_write_bw --version 2>&1 | head -1
-	[ -z "$KO_B" ] || echo "riser_b: $KO_B ($(modinfo -F srcversion "$KO_B" 2>/dev/null); riser: $(modinfo -F srcversion "$KO" 2>/dev/null))"
+	[ -z "$KO_B" ] || echo "riser_b: $KO_B (md5 $(md5sum <"$KO_B" | cut -c1-12); riser's $(md5sum <"$KO" | cut -c1-12))"
 } >"$RAW/meta.txt" 2>&1
 check "riser's dependencies load" load_deps
 check "iscsid started" iscsi_start
