@@ -443,7 +443,7 @@ st_discover() {
 			grep -q "expecting event 19, got 101" "$err" || break
 		echo "try $try: the answer's RECV_PDU came before the SEND_PDU reply (open-iscsi race); again" >&2
 	done
-	grep -v "expecting event\|DEBUG" "$err" >&2
+	grep -v "expecting event" "$err" >&2
 	rm -f "$err"
 	return $rc
 }
