@@ -15,13 +15,13 @@ use crate::{
         iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
         login,
         pdu::{RxPdu, TargetOpcode, HEADERS_LEN},
-        sizing::{self, ConnSizing, Params},
+        sizing::{self, ConnSizing, Params, DATAOUT_SLOTS_PER_CMD},
     },
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
         conn::{
-            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration, SendOp, Wc,
-            UNSIGNALED_TAG,
+            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration, SendOp, Sge,
+            Wc, UNSIGNALED_TAG,
         },
         Client, ClientDriver, Cq, Device, DeviceCaps, Pd, PollContext,
     },
@@ -73,8 +73,6 @@ const FF_RECV_CAP: u32 = 8192;
 const DISCOVERY_RECV_CAP: u32 = 262144;
 /// Receives posted by a discovery session.
 const DISCOVERY_RECVS: u32 = 8;
-/// Data-Out header buffers per command slot.
-const DATAOUT_SLOTS_PER_CMD: u32 = 4;
 /// Commands a connection is sized for (ib_iser's ISER_DEF_XMIT_CMDS_MAX);
 /// a session asks for at most this many.
 const DEF_XMIT_CMDS_MAX: u32 = 512;
@@ -565,6 +563,10 @@ struct Res {
     ff_rx: SetOnce<KVec<Arc<DmaBuf>>>,
     /// The target may invalidate our rkeys with SEND_WITH_INV.
     remote_inv: bool,
+    /// Command SENDs whose PDU went inline: one in `signal_interval` is
+    /// signaled (`proto::sizing::signal_interval`).
+    inline_sends: AtomicU32,
+    signal_interval: u32,
 }
 
 /// The buffers of a connection, made before its QP.
@@ -626,6 +628,8 @@ impl Res {
             puts <- new_spinlock_irq!(b.puts),
             ff_rx: SetOnce::default(),
             remote_inv,
+            inline_sends: AtomicU32::new(0),
+            signal_interval: sizing::signal_interval(sizing.max_cmds),
         })
     }
 }
@@ -765,17 +769,32 @@ impl Res {
             }
         }
         let hdrs = Self::headers(iser, &task.bhs())?;
-        hdr_buf.write(0, &hdrs)?;
-        let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
         let imm = task.imm_count();
-        let sges;
+        // A PDU without immediate data goes inline when the QP takes it: the
+        // provider copies it while posting, so the SEND needs no completion
+        // to protect a buffer (bug 10 is about buffers the device still
+        // reads), and only one in `signal_interval` is signaled, for the
+        // send queue's sake. Immediate data is sent from the SCSI buffer.
+        let inline =
+            !(dir == Direction::Write && imm > 0) && self.conn.max_inline() as usize >= HEADERS_LEN;
+        let one;
         let two;
-        if let (Some(r), Direction::Write, true) = (reg, dir, imm > 0) {
-            two = [head, r.sge(0, imm)?];
-            sges = &two[..];
+        let sges: &[Sge] = if inline {
+            &[]
         } else {
-            sges = core::slice::from_ref(&head);
-        }
+            hdr_buf.write(0, &hdrs)?;
+            let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
+            match reg {
+                Some(r) if dir == Direction::Write && imm > 0 => {
+                    two = [head, r.sge(0, imm)?];
+                    &two
+                }
+                _ => {
+                    one = [head];
+                    &one
+                }
+            }
+        };
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out.
         let dataouts = if dir == Direction::Write {
@@ -793,10 +812,18 @@ impl Res {
         {
             return Err(EAGAIN);
         }
-        let send = SendOp::Send {
-            tag: Self::task_tag(idx),
-            sges,
-            keep: Some(hdr_buf),
+        let send = if inline {
+            let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
+            SendOp::InlineSend {
+                tag: (n % self.signal_interval == 0).then_some(Self::task_tag(idx)),
+                bytes: &hdrs,
+            }
+        } else {
+            SendOp::Send {
+                tag: Self::task_tag(idx),
+                sges,
+                keep: Some(hdr_buf),
+            }
         };
         let reg_op = |remote_write| SendOp::Reg {
             mr: idx,
@@ -1092,6 +1119,8 @@ impl IserConn {
             send_tags: 1 + sizing.max_cmds + n_dataout,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
+            // CAST: a small constant.
+            max_inline: HEADERS_LEN as u32,
         };
         let conn = match Connection::new(id, ctx.pd.clone(), cq, conn_caps) {
             Ok(c) => c,

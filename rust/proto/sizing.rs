@@ -126,6 +126,14 @@ pub(crate) const INFLIGHT_DATAOUTS: u32 = 8;
 /// Send work requests one command may need: the command SEND plus its
 /// Data-Outs.
 pub(crate) const SEND_WRS_PER_CMD: u32 = 1 + INFLIGHT_DATAOUTS;
+/// Data-Out header buffers per command slot (a pool shared by the
+/// connection's commands).
+pub(crate) const DATAOUT_SLOTS_PER_CMD: u32 = 4;
+/// Send work requests one command has in flight at most besides its share of
+/// the Data-Out pool: LOCAL_INV, REG_MR and the command SEND.
+pub(crate) const CMD_CHAIN_WRS: u32 = 3;
+/// Commands sent unsignaled in a row at most (see [`signal_interval`]).
+pub(crate) const MAX_UNSIGNALED_RUN: u32 = 15;
 /// Most scatter/gather pages one registration maps (16 MiB in 4 KiB pages).
 pub(crate) const MAX_SG_PAGES: u32 = 4096;
 
@@ -192,6 +200,21 @@ pub(crate) fn conn_sizing(
             .max_sectors
             .min(sg_tablesize.saturating_mul(PAGE_4K / SECTOR_SIZE)),
     })
+}
+
+/// How often a command SEND whose PDU went inline is signaled: one in the
+/// returned number. The others complete without a completion entry, and a
+/// provider reclaims their send queue slots only when a later signaled
+/// request completes, so up to `interval - 1` finished commands may still
+/// hold [`CMD_CHAIN_WRS`] slots each. The send queue holds
+/// [`SEND_WRS_PER_CMD`] per command slot, of which a command in flight uses
+/// at most [`CMD_CHAIN_WRS`] plus [`DATAOUT_SLOTS_PER_CMD`]: the rest is the
+/// room those finished commands may take. 1 (every SEND signaled) when there
+/// is no room.
+pub(crate) fn signal_interval(max_cmds: u32) -> u32 {
+    let spare = SEND_WRS_PER_CMD.saturating_sub(CMD_CHAIN_WRS + DATAOUT_SLOTS_PER_CMD);
+    let run = max_cmds.saturating_mul(spare) / CMD_CHAIN_WRS;
+    1 + run.min(MAX_UNSIGNALED_RUN)
 }
 
 // In the kernel the tests are a KUnit suite; built as a host crate
@@ -452,6 +475,33 @@ mod tests {
             assert_eq!(
                 t.map(|t| (t.max_cmds, t.sg_tablesize)),
                 Some((s.max_cmds, s.sg_tablesize))
+            );
+        }
+    }
+
+    #[test]
+    fn unsignaled_commands_fit_the_spare_send_slots() {
+        // No room: every SEND signaled.
+        assert_eq!(signal_interval(0), 1);
+        assert_eq!(signal_interval(1), 1);
+        // ib_iser's queue (512 commands) and anything from 23 commands up.
+        assert_eq!(signal_interval(512), 1 + MAX_UNSIGNALED_RUN);
+        assert_eq!(signal_interval(23), 1 + MAX_UNSIGNALED_RUN);
+        let mut r = Rng(0x9b05_688c_2b3e_6c1f);
+        let spare = u64::from(SEND_WRS_PER_CMD - CMD_CHAIN_WRS - DATAOUT_SLOTS_PER_CMD);
+        for _ in 0..2000 {
+            let cmds = r.around(0, 64);
+            let n = signal_interval(cmds);
+            assert!((1..=1 + MAX_UNSIGNALED_RUN).contains(&n));
+            // The finished-but-unreclaimed commands fit what the queue
+            // holds beyond the commands in flight.
+            let in_flight = u64::from(cmds) * u64::from(CMD_CHAIN_WRS + DATAOUT_SLOTS_PER_CMD);
+            let unreclaimed = u64::from(n - 1) * u64::from(CMD_CHAIN_WRS);
+            assert!(in_flight + unreclaimed <= u64::from(cmds) * u64::from(SEND_WRS_PER_CMD));
+            // And no fewer in a row than that room allows.
+            assert!(
+                n == 1 + MAX_UNSIGNALED_RUN
+                    || unreclaimed + u64::from(CMD_CHAIN_WRS) > u64::from(cmds) * spare
             );
         }
     }

@@ -495,6 +495,9 @@ pub(crate) struct ConnCaps {
     pub(crate) mrs: u32,
     /// Pages each MR maps.
     pub(crate) pages_per_mr: u32,
+    /// Bytes of inline data wanted per send (0: none). A provider that
+    /// refuses them gets a QP without.
+    pub(crate) max_inline: u32,
 }
 
 /// A fast-registration MR owned by a connection.
@@ -562,6 +565,16 @@ pub(crate) enum SendOp<'a> {
         /// The buffer kept alive until the completion.
         keep: Option<&'a Arc<DmaBuf>>,
     },
+    /// A SEND of `bytes` as inline data: the provider copies them while
+    /// posting, so nothing stays in use afterwards. Signaled on tag `tag`
+    /// when there is one; otherwise no completion reports it unless it
+    /// fails. At most [`Connection::max_inline`] bytes.
+    InlineSend {
+        /// The signaled send tag, if any.
+        tag: Option<u32>,
+        /// The PDU.
+        bytes: &'a [u8],
+    },
 }
 
 /// The page size of fast registrations: 4 KiB, as the SCSI hosts' virtual
@@ -585,6 +598,8 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
     mrs: KVec<MrSlot>,
+    /// Inline bytes per send the QP takes.
+    max_inline: u32,
     pd: Arc<Pd>,
     _cq: Cq,
     id: CmId<H>,
@@ -611,7 +626,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             Err(e) => return Err((id, e)),
         };
         let (recv_tags, send_tags, unsignaled, mrs) = parts;
-        let mut attr = bindings::ib_qp_init_attr {
+        let attr_for = |max_inline_data: u32| bindings::ib_qp_init_attr {
             qp_context: id.context(),
             send_cq: cq.as_raw(),
             recv_cq: cq.as_raw(),
@@ -620,18 +635,30 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 max_recv_wr: caps.max_recv_wr,
                 max_send_sge: 2,
                 max_recv_sge: 1,
+                max_inline_data,
                 ..Default::default()
             },
             sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
             ..Default::default()
         };
+        let mut attr = attr_for(caps.max_inline);
         // SAFETY: The id is valid and route-resolved; `pd` and `cq` are
         // valid; `attr` outlives the call.
-        let created = unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) };
+        let mut created = unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) };
+        if created != 0 && caps.max_inline > 0 {
+            // A provider with less (or no) inline room refuses the QP: one
+            // without inline data is what every provider makes.
+            attr = attr_for(0);
+            // SAFETY: As above; the failed call left no QP on the id.
+            created = unsafe { bindings::rdma_create_qp(id.as_raw(), pd.as_raw(), &mut attr) };
+        }
         if let Err(e) = to_result(created) {
             return Err((id, e));
         }
+        // Providers report what they made in `cap`; a smaller request than
+        // asked is never assumed larger.
+        let max_inline = attr.cap.max_inline_data.min(caps.max_inline);
         // SAFETY: `rdma_create_qp` succeeded, so the id holds the new QP.
         let qp = unsafe { (*id.as_raw()).qp };
         let Some(qp) = NonNull::new(qp) else {
@@ -646,6 +673,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             send_tags,
             unsignaled,
             mrs,
+            max_inline,
             pd,
             _cq: cq,
             id,
@@ -673,6 +701,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// The CM id.
     pub(crate) fn cm(&self) -> &CmId<H> {
         &self.id
+    }
+
+    /// Bytes of inline data a send may carry ([`SendOp::InlineSend`]); 0
+    /// when the provider took none.
+    pub(crate) fn max_inline(&self) -> u32 {
+        self.max_inline
     }
 
     /// The PD the QP and MRs are in.
@@ -818,6 +852,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         return Err(EINVAL);
                     }
                 }
+                SendOp::InlineSend { tag, bytes } => {
+                    if let Some(t) = tag {
+                        self.send_tags.get(*t as usize).ok_or(EINVAL)?;
+                    }
+                    if bytes.is_empty() || bytes.len() > self.max_inline as usize {
+                        return Err(EINVAL);
+                    }
+                }
             }
         }
         let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
@@ -890,6 +932,38 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     }
                     held[i] = Some(t);
                 }
+                SendOp::InlineSend { tag, bytes } => {
+                    sges[i][0] = bindings::ib_sge {
+                        // Inline data is named by its kernel virtual
+                        // address, which the provider copies from while
+                        // posting.
+                        addr: bytes.as_ptr() as u64,
+                        // CAST: at most `max_inline` bytes, a u32.
+                        length: bytes.len() as u32,
+                        lkey: self.pd.local_dma_lkey(),
+                    };
+                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+                    w.wr.sg_list = sges[i].as_mut_ptr();
+                    w.wr.num_sge = 1;
+                    let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
+                    let cqe = match tag {
+                        Some(tag) => {
+                            let t = &self.send_tags[*tag as usize];
+                            if let Err(e) = t.hold(None) {
+                                Self::unwind(&before, &held, 0);
+                                return Err(e);
+                            }
+                            held[i] = Some(t);
+                            flags |= bindings::ib_send_flags_IB_SEND_SIGNALED;
+                            (&raw const t.cqe).cast_mut()
+                        }
+                        None => unsig,
+                    };
+                    // SAFETY: Writing the `wr_cqe` member of the union.
+                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
+                    // CAST: the flags fit an int.
+                    w.wr.send_flags = flags as c_int;
+                }
             }
         }
         // Chain the requests: each `ib_reg_wr` starts with its `ib_send_wr`.
@@ -899,9 +973,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             unsafe { (*base.add(i)).wr.next = &raw mut (*base.add(i + 1)).wr };
         }
         let mut bad = core::ptr::null();
-        // Providers copy work requests when posting; buffers are held by
-        // their tags until completion.
-        // SAFETY: The QP is valid; the chain and the MRs it names outlive the call.
+        // Providers copy work requests, and inline data, when posting;
+        // buffers are held by their tags until completion.
+        // SAFETY: The QP is valid; the chain, the inline bytes and the MRs
+        // it names outlive the call.
         let r = to_result(unsafe {
             bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
         });
