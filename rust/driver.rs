@@ -718,6 +718,8 @@ impl Res {
         let mut reg = None;
         let mut inv = false;
         let mut unregistered = false;
+        // The command's MR is registered by this chain.
+        let mut uses_mr = false;
         match dir {
             Direction::None => {}
             Direction::Bidi => {
@@ -732,17 +734,31 @@ impl Res {
                     Some(sg) => sg,
                     None => task.map_data(&self.dev.dev)?,
                 };
-                let r = match sg.unregistered(&self.dev.pd) {
+                // A write whose data all goes as immediate data is sent by
+                // this side alone: the target gets no STag, so one segment
+                // needs no registration, only the local DMA lkey (as
+                // ib_iser does). That saves the REG_MR, and the LOCAL_INV the
+                // MR would need next time, as no target invalidates an rkey
+                // it was never given.
+                let all_imm = dir == Direction::Write && task.imm_count() >= len;
+                let local = if all_imm {
+                    sg.local_only(&self.dev.pd)
+                } else {
+                    None
+                };
+                let r = match (local, sg.unregistered(&self.dev.pd)) {
+                    (Some(r), _) => r,
                     // always_register=0 and one segment: no MR at all.
-                    Some(r) => {
+                    (None, Some(r)) => {
                         unregistered = true;
                         r
                     }
-                    None => {
+                    (None, None) => {
                         // Chain the invalidation of the MR's previous
                         // registration when the target did not invalidate it
                         // (bug 4: the state is the MR's, not the task's).
                         inv = self.conn.mr_valid(idx);
+                        uses_mr = true;
                         self.conn.map_mr(idx, sg)?
                     }
                 };
@@ -830,12 +846,12 @@ impl Res {
             remote_write,
         };
         let remote_write = dir == Direction::Read;
-        let posted = match (inv, reg.filter(|_| !unregistered)) {
-            (true, Some(_)) => {
+        let posted = match (inv, uses_mr) {
+            (true, true) => {
                 self.conn
                     .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])
             }
-            (false, Some(_)) => self.conn.post_send(&[reg_op(remote_write), send]),
+            (false, true) => self.conn.post_send(&[reg_op(remote_write), send]),
             _ => self.conn.post_send(&[send]),
         };
         if let Err(e) = posted {

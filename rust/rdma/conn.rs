@@ -305,21 +305,40 @@ impl DmaSg {
     /// (ib_iser's `always_register=0`). `None` for several segments or a PD
     /// without a global rkey.
     pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration> {
-        if self.count != 1 {
-            return None;
-        }
-        let rkey = pd.global_rkey()?;
-        // SAFETY: The mapping is valid (type invariant); the first entry's
-        // DMA fields were set by the mapping.
-        let (addr, len) = unsafe {
-            let sg = &*self.sgl.as_ptr();
-            (sg.dma_address, sg.dma_length)
-        };
+        let (addr, len) = self.single()?;
         Some(Registration {
-            rkey,
+            rkey: pd.global_rkey()?,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+        })
+    }
+
+    /// A single-segment mapping described for local work requests only:
+    /// the PD's local DMA lkey at the segment's DMA address, and rkey 0, so
+    /// that nothing is offered to the peer. For data the local side sends
+    /// itself (a write's immediate data), which needs no registration.
+    /// `None` for several segments.
+    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration> {
+        let (addr, len) = self.single()?;
+        Some(Registration {
+            rkey: 0,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+        })
+    }
+
+    /// The DMA address and length of a single-segment mapping.
+    fn single(&self) -> Option<(u64, u32)> {
+        if self.count != 1 {
+            return None;
+        }
+        // SAFETY: The mapping is valid (type invariant); the first entry's
+        // DMA fields were set by the mapping.
+        Some(unsafe {
+            let sg = &*self.sgl.as_ptr();
+            (sg.dma_address, sg.dma_length)
         })
     }
 }
