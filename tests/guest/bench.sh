@@ -5,9 +5,10 @@
 # same LIO target over the same RDMA device, interleaved (the order rotates
 # every round), RISER_BENCH_ROUNDS rounds (default 3). Each initiator logs in
 # to two targets at once: an rd_mcp ramdisk and a null_blk disk served
-# through iblock. Then the link's ceiling (perftest ib_write_bw and
-# ib_read_bw), a perf profile of riser, and the same over soft-iWARP (riser
-# and ib_iser; iscsi_tcp does not use the RDMA device).
+# through iblock. In the last round each iSER initiator is also profiled
+# (perf) during 4k random reads. Then the link's ceiling (perftest
+# ib_write_bw and ib_read_bw), and the same over soft-iWARP (riser and
+# ib_iser; iscsi_tcp does not use the RDMA device).
 #
 # RISER_BENCH_B_KO names a second build of riser.ko (built for the same
 # kernel): it is measured as a fourth initiator, riser_b, in the same rounds
@@ -119,6 +120,10 @@ measure() {
 			# shellcheck disable=SC2086 # args are words on purpose
 			fio_run "$dev" "$name" $args || { rc=1; progress "  fio failed: $(head -c 300 "$RAW/$name.err")"; }
 		done
+		# The iSER initiators' profiles, once, on the first target.
+		if [ "$round" = "$ROUNDS" ] && [ "$t" = "$1" ] && [ "$init" != iscsi_tcp ]; then
+			profile_run "$rdma" "$init" "$dev"
+		fi
 	done
 	for t in "$@"; do
 		check "$rdma round $round: $init logs out of ${t%@*}" iscsi_logout "${t%@*}" "$ip"
@@ -143,30 +148,34 @@ ceiling() {
 	done
 }
 
-# profile KIND IQN IP: a perf profile (cpu-clock sampling, the only clock
-# under TCG) of the whole guest while riser runs 4k random reads at QD 32.
-profile() {
-	local kind=$1 iqn=$2 ip=$3 dev
-	progress "$kind profile: perf record during randread-4k-qd32x2 on riser"
-	echo 0 >/proc/sys/kernel/kptr_restrict
-	echo -1 >/proc/sys/kernel/perf_event_paranoid
-	check "$kind profile: riser is the initiator" use_riser
-	check "$kind profile: login" iscsi_login "$iqn" "$ip" iser
-	dev=$(iscsi_dev "$iqn" 0 60 2>>"$RISER_OUT/guest.log") || dev=
+# profile_run KIND INIT DEV: a perf profile (cpu-clock sampling, the only
+# clock under TCG) of the whole guest while INIT, logged in, runs 4k random
+# reads at QD 32 on DEV; with fio's own result (it must have done I/O, or the
+# profile is of an idle guest) and the guest's /proc/stat around the
+# recording, to set the samples against the guest's busy time. Runs in the
+# last round, after the measured workloads of the first target, so it costs
+# no login of its own.
+profile_run() {
+	local kind=$1 init=$2 dev=$3 p=$RAW/$1.$2.profile fpid
+	progress "$kind $init profile: perf record during randread-4k-qd32x2"
 	fio --name=p --filename="$dev" --direct=1 --ioengine=libaio --rw=randread --bs=4k \
-		--iodepth=32 --numjobs=2 --group_reporting --time_based --runtime=$((RUNTIME + 3)) \
-		--norandommap --size=48M >/dev/null 2>&1 &
-	local fpid=$!
+		--iodepth=32 --numjobs=2 --group_reporting --time_based --runtime=$((RUNTIME + 2)) \
+		--norandommap --randrepeat=0 --size=48M --output-format=json \
+		>"$p.fio.json" 2>"$p.fio.err" &
+	fpid=$!
 	sleep 1
+	grep '^cpu ' /proc/stat >"$p.stat0"
 	perf record -e cpu-clock -F 999 -a -g -o /tmp/perf.data -- sleep "$RUNTIME" \
-		>/dev/null 2>"$RAW/$kind.perf-record.err"
+		>/dev/null 2>"$p.record.err"
+	grep '^cpu ' /proc/stat >"$p.stat1"
 	wait "$fpid"
+	check "$kind profile: fio ran I/O on $init while perf recorded" \
+		grep -Eq '"total_ios" : [1-9]' "$p.fio.json"
 	perf report -i /tmp/perf.data --no-children --sort sym --stdio -g none \
-		--percent-limit 0.5 >"$RAW/$kind.profile.txt" 2>/dev/null
+		--percent-limit 0.5 >"$p.sym.txt" 2>/dev/null
 	perf report -i /tmp/perf.data --no-children --sort dso --stdio -g none \
-		>"$RAW/$kind.profile-dso.txt" 2>/dev/null
-	check "$kind profile: perf recorded samples" grep -q '%' "$RAW/$kind.profile.txt"
-	check "$kind profile: logout" iscsi_logout "$iqn" "$ip"
+		>"$p.dso.txt" 2>/dev/null
+	check "$kind profile: perf recorded samples of $init" grep -q '%' "$p.dso.txt"
 }
 
 # One RDMA device: targets, rounds, ceiling, profile, teardown.
@@ -197,7 +206,6 @@ bench_device() {
 		done
 	done
 	ceiling "$kind" "$dev" "$ip"
-	profile "$kind" "$iqn_rd" "$ip"
 	progress "$kind: teardown"
 	check "$kind: LIO torn down" lio_teardown
 	check "$kind: RDMA device removed" rdma_delete "$kind"
@@ -213,6 +221,9 @@ bench_device() {
 	[ -z "$KO_B" ] || echo "riser_b: $KO_B (md5 $(md5sum <"$KO_B" | cut -c1-12); riser's $(md5sum <"$KO" | cut -c1-12))"
 } >"$RAW/meta.txt" 2>&1
 check "riser's dependencies load" load_deps
+# perf: kernel symbols, and sampling of the whole guest.
+echo 0 >/proc/sys/kernel/kptr_restrict
+echo -1 >/proc/sys/kernel/perf_event_paranoid
 check "iscsid started" iscsi_start
 for kind in $DEVICES; do
 	bench_device "$kind"
