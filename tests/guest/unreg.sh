@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # riser loaded with always_register=0 (ib_iser's option): single-segment
-# buffers go to the target under the PD's global rkey and the local DMA
-# lkey, without a memory registration; larger ones are still registered.
-# fio with crc32c verification over both, over rxe against LIO.
+# buffers the target reaches (reads, here those of fio's verification) go
+# to it under the PD's global rkey and the local DMA lkey, without a memory
+# registration; larger ones are still registered. (A 4k write's data all
+# goes as immediate data, from the local DMA lkey, with or without the
+# option.) fio with crc32c verification over both, over rxe against LIO.
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
 . "$RISER_TOP/tests/guest/target.sh"
