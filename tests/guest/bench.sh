@@ -50,18 +50,26 @@ WORKLOADS=(
 	"randread-4k-qd1 --rw=randread --bs=4k --iodepth=1 --numjobs=1 --lat_percentiles=1"
 )
 
+# counters BLOCKSTAT: the guest's CPU counters, the disk's, and the host's
+# (scripts/bench refreshes $RISER_OUT/host.stat; 9p does not cache it).
+counters() {
+	grep '^cpu ' /proc/stat
+	echo "disk $(cat "$1")"
+	if [ -r "$RISER_OUT/host.stat" ]; then sed 's/^cpu /host /' "$RISER_OUT/host.stat"; fi
+}
+
 # fio_run DEV NAME WORKLOAD-ARGS...: one timed fio run, with the CPU
-# counters of the whole guest around it.
+# counters of the whole guest (and of the host) around it.
 fio_run() {
 	local dev=$1 name=$2 blk
 	shift 2
 	blk=/sys/block/${dev#/dev/}/stat
-	{ grep '^cpu ' /proc/stat; echo "disk $(cat "$blk")"; } >"$RAW/$name.stat0"
+	counters "$blk" >"$RAW/$name.stat0"
 	fio --name=b --filename="$dev" --direct=1 --ioengine=libaio --group_reporting \
 		--time_based --runtime="$RUNTIME" --ramp_time="$RAMP" --norandommap \
 		--randrepeat=0 --size=48M --output-format=json "$@" >"$RAW/$name.json" 2>"$RAW/$name.err"
 	local rc=$?
-	{ grep '^cpu ' /proc/stat; echo "disk $(cat "$blk")"; } >"$RAW/$name.stat1"
+	counters "$blk" >"$RAW/$name.stat1"
 	return $rc
 }
 
