@@ -741,26 +741,22 @@ impl Res {
                 // MR would need next time, as no target invalidates an rkey
                 // it was never given.
                 let all_imm = dir == Direction::Write && task.imm_count() >= len;
-                let local = if all_imm {
-                    sg.local_only(&self.dev.pd)
-                } else {
-                    None
-                };
-                let r = match (local, sg.unregistered(&self.dev.pd)) {
-                    (Some(r), _) => r,
+                let local = all_imm.then(|| sg.local_only(&self.dev.pd)).flatten();
+                // The global rkey is looked at only when the target must
+                // reach the buffer.
+                let r = if let Some(r) = local {
+                    r
+                } else if let Some(r) = sg.unregistered(&self.dev.pd) {
                     // always_register=0 and one segment: no MR at all.
-                    (None, Some(r)) => {
-                        unregistered = true;
-                        r
-                    }
-                    (None, None) => {
-                        // Chain the invalidation of the MR's previous
-                        // registration when the target did not invalidate it
-                        // (bug 4: the state is the MR's, not the task's).
-                        inv = self.conn.mr_valid(idx);
-                        uses_mr = true;
-                        self.conn.map_mr(idx, sg)?
-                    }
+                    unregistered = true;
+                    r
+                } else {
+                    // Chain the invalidation of the MR's previous
+                    // registration when the target did not invalidate it
+                    // (bug 4: the state is the MR's, not the task's).
+                    inv = self.conn.mr_valid(idx);
+                    uses_mr = true;
+                    self.conn.map_mr(idx, sg)?
                 };
                 if r.len < len {
                     return Err(EINVAL);
