@@ -174,6 +174,6 @@ check "  the disk works, data verified" fio_verify "$DEV" randrw 4k 8 2M
 check "logout" iscsi_logout "$IQN" "$IP"
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
 save_dmesg

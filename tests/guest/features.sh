@@ -177,7 +177,7 @@ check "A: still logged in after the resets" still_logged_in $A
 check "A: fio verify after the resets" fio_verify "$DA" randwrite 4k 16 2M
 check "A: logout" iscsi_logout $A $IP
 check "no session left" test -z "$(ls /sys/class/iscsi_session/)"
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 check "rxe0 removed" rdma link delete rxe0

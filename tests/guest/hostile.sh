@@ -209,6 +209,6 @@ check "logout" iscsi_logout "$IQN" "$IP"
 evil_stop
 
 check "iscsid stopped" iscsi_stop
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
 save_dmesg

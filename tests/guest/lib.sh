@@ -92,6 +92,60 @@ expect_fail() {
 }
 
 # dmesg_has PATTERN: the kernel log since the last mark contains PATTERN.
+# iscsi_state: what holds an iSCSI transport module, for a log: the
+# module's reference count, every iSCSI session (with its target, state and
+# the pid that made it: iscsid's, or a discovery's iscsiadm), endpoint and
+# connection, the SCSI hosts, the processes that hold a SCSI disk open, and
+# the RDMA CM ids and QPs (with the process or kernel module that owns them).
+iscsi_state() {
+	local m s p f
+	for m in riser ib_iser; do
+		[ -d "/sys/module/$m" ] && echo "module $m: refcnt $(cat "/sys/module/$m/refcnt")"
+	done
+	for s in /sys/class/iscsi_session/session*; do
+		[ -d "$s" ] || continue
+		echo "$(basename "$s"): target '$(cat "$s/targetname" 2>/dev/null)' state $(cat "$s/state" 2>/dev/null) creator $(cat "$s/creator" 2>/dev/null)"
+	done
+	echo "endpoints: $(ls /sys/class/iscsi_endpoint 2>/dev/null | tr '\n' ' ')"
+	echo "connections: $(ls /sys/class/iscsi_connection 2>/dev/null | tr '\n' ' ')"
+	for s in /sys/class/scsi_host/host*; do
+		[ -d "$s" ] && echo "$(basename "$s"): $(cat "$s/proc_name" 2>/dev/null)"
+	done
+	for p in /proc/[0-9]*; do
+		for f in "$p"/fd/*; do
+			case $(readlink "$f" 2>/dev/null) in
+			/dev/sd*) echo "pid ${p#/proc/} ($(cat "$p/comm" 2>/dev/null)) holds $(readlink "$f")" ;;
+			esac
+		done
+	done
+	rdma resource show cm_id 2>&1
+	rdma resource show qp 2>&1
+}
+
+# unload_riser [SECONDS]: rmmod riser once nothing holds it, waiting up to
+# SECONDS (default 30) for the holders that go on their own after a logout
+# (a udev probe that opened the disk before it went); when it has to wait,
+# says what held riser (iscsi_state) and how long it took. When riser is
+# still held at the end, says what holds it then.
+unload_riser() {
+	local i n=$((${1:-30} * 5))
+	[ -d /sys/module/riser ] || { echo "riser is not loaded"; return 1; }
+	if [ "$(cat /sys/module/riser/refcnt)" != 0 ]; then
+		echo "riser is held; waiting up to ${1:-30} s. Holders now:"
+		iscsi_state
+	fi
+	for ((i = 0; i < n; i++)); do
+		[ "$(cat /sys/module/riser/refcnt 2>/dev/null)" = 0 ] && break
+		sleep 0.2
+	done
+	if [ "$i" -gt 0 ] && [ "$i" -lt "$n" ]; then
+		echo "riser's reference count fell to 0 after $((i / 5)).$((i % 5 * 2)) s"
+	fi
+	rmmod riser && return 0
+	iscsi_state
+	return 1
+}
+
 dmesg_mark() { dmesg | wc -l >"$RISER_OUT/.dmesg_mark"; }
 dmesg_has() { dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"; }
 

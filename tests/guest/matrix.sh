@@ -60,7 +60,7 @@ for imm in Yes No; do
 		done
 	done
 done
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"

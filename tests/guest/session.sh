@@ -45,7 +45,14 @@ fio_sized() {
 	esac
 	fio_verify "$DEV" "$1" "$2" "$3" "$size"
 }
-no_session_left() { ! iscsi_session "$IQN"; }
+# No iSCSI session (to $IQN or any other: a discovery's included) and no
+# endpoint is left; otherwise says what is.
+no_session_left() {
+	! iscsi_session "$IQN" &&
+		[ -z "$(ls /sys/class/iscsi_session /sys/class/iscsi_endpoint 2>/dev/null)" ] && return 0
+	iscsi_state
+	return 1
+}
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
@@ -74,13 +81,12 @@ for bs in ${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}; do
 	check "fio write bs=$bs QD1 verify crc32c" fio_sized write "$bs" 1
 done
 check "logout" iscsi_logout "$IQN" "$IP"
-echo "riser refcnt after logout: $(cat /sys/module/riser/refcnt)" >>"$RISER_OUT/guest.log"
-ls /sys/class/iscsi_endpoint /sys/class/iscsi_session /sys/class/scsi_host >>"$RISER_OUT/guest.log" 2>&1
-check "no session left" no_session_left
+iscsi_state >>"$RISER_OUT/guest.log" 2>&1
+check "no session or endpoint left" no_session_left
 check "kmemleak: nothing riser allocated is leaked after logout" \
 	no_leak_from_riser "$RISER_OUT/kmemleak-logout.txt"
 LEAKS=$(grep -c "^unreferenced object" "$RISER_OUT/kmemleak-logout.txt")
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "kmemleak: no new leak after rmmod ($LEAKS before)" \
 	test "$(kmemleak_report "$RISER_OUT/kmemleak-rmmod.txt")" = "$LEAKS"
 check "iscsid stopped" iscsi_stop

@@ -29,7 +29,7 @@ dmesg_mark
 check "logout" iscsi_logout $T $IP
 check "riser counted commands sent without registration" \
 	dmesg_has "riser: connection to $IP:3260: [1-9][0-9]* commands sent with unregistered buffers"
-check "rmmod riser" rmmod riser
+check "rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 check "rxe0 removed" rdma link delete rxe0
