@@ -468,6 +468,18 @@ iscsi_login() {
 	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
 }
 
+# iscsi_login_portal IP IFACE IQN...: log in through IFACE to every target
+# whose node record names IP, all at once; a node record is made for each
+# IQN that has none (discovery through the iface "default" makes none).
+iscsi_login_portal() {
+	local ip=${1:?IP} iface=${2:?IFACE} iqn
+	shift 2
+	for iqn in "$@"; do
+		_iscsi_node "$iqn" "$ip" "$iface" || _tgt_err "no node record for $iqn" || return 1
+	done
+	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -p "$ip:$LIO_PORT" -I "$iface" --login
+}
+
 # iscsi_chap IQN IP USER PASS [MUTUAL_USER MUTUAL_PASS] [IFACE via ISCSI_IFACE]:
 # CHAP credentials in the node record, for the next login.
 iscsi_chap() {
@@ -486,6 +498,11 @@ iscsi_chap() {
 # iscsi_logout IQN IP: log out of every session to IQN at IP.
 iscsi_logout() {
 	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -T "${1:?IQN}" -p "${2:?IP}:$LIO_PORT" --logout
+}
+
+# iscsi_logout_portal IP: log out of every session to IP, all at once.
+iscsi_logout_portal() {
+	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -p "${1:?IP}:$LIO_PORT" --logout
 }
 
 # iscsi_discover_lists IP IQN: discovery over iser at IP lists IQN.
