@@ -49,7 +49,8 @@ fio_sized() {
 # endpoint is left; otherwise says what is.
 no_session_left() {
 	! iscsi_session "$IQN" &&
-		[ -z "$(ls /sys/class/iscsi_session /sys/class/iscsi_endpoint 2>/dev/null)" ] && return 0
+		[ -z "$(ls /sys/class/iscsi_session 2>/dev/null)" ] &&
+		[ -z "$(ls /sys/class/iscsi_endpoint 2>/dev/null)" ] && return 0
 	iscsi_state
 	return 1
 }
