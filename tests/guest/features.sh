@@ -11,6 +11,11 @@
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
 . "$RISER_TOP/tests/guest/target.sh"
+# A session whose connection fails under load gets 120 s, not 30, to come
+# back before its I/O fails: two fio verifying at once on one vCPU under
+# KASAN in TCG stalled a CI machine's guest long enough for a 5 s NOP-Out
+# ping to time out and the reconnect to miss 30 s.
+ISCSI_REPLACEMENT_TIMEOUT=${ISCSI_REPLACEMENT_TIMEOUT:-120}
 KO=$RISER_TOP/riser.ko
 IP=192.168.77.1
 A=iqn.2026-11.org.riser:nb
@@ -122,6 +127,12 @@ check "A: InitialR2T=Yes" lio_set_param $A InitialR2T Yes
 check "A: FirstBurstLength=65536" lio_set_param $A FirstBurstLength 65536
 check "A: MaxBurstLength=131072" lio_set_param $A MaxBurstLength 131072
 check "A: target sends NOP-In every 5 s" lio_acl_attrib $A nopin_timeout 5
+# LIO gives a WRITE's data 3 s to arrive (its RDMA READ, over iSER) and
+# then drops the connection (ERL 0). Under KASAN in TCG, with two fio
+# verifying on one vCPU, a CI machine's guest stalled longer than that
+# (the initiator's own 5 s NOP-Out pings timed out too): A, which has no
+# immediate data, lost its connection after every reconnect.
+check "A: target waits 30 s for write data" lio_acl_attrib $A dataout_timeout 30
 check "B: CHAP required" lio_chap $B alice secretsecret12
 check "A: initiator sends NOP-Out every second" noop_node
 check "login A" iscsi_login $A $IP
