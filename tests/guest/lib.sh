@@ -91,7 +91,6 @@ expect_fail() {
 	fi
 }
 
-# dmesg_has PATTERN: the kernel log since the last mark contains PATTERN.
 # iscsi_state: what holds an iSCSI transport module, for a log: the
 # module's reference count, every iSCSI session (with its target, state and
 # the pid that made it: iscsid's, or a discovery's iscsiadm), endpoint and
@@ -146,6 +145,7 @@ unload_riser() {
 	return 1
 }
 
+# dmesg_mark / dmesg_has PATTERN: the kernel log since the last mark contains PATTERN.
 dmesg_mark() { dmesg | wc -l >"$RISER_OUT/.dmesg_mark"; }
 dmesg_has() { dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"; }
 
