@@ -27,7 +27,11 @@ NP=$TPG/np/$IP:3260
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
-session_up() { [ "$(cat "$(sess)/state" 2>/dev/null)" = LOGGED_IN ]; }
+session_up() {
+	local s st
+	s=$(iscsi_session "$IQN") || return 1
+	read -r st <"/sys/class/iscsi_session/$s/state" 2>/dev/null && [ "$st" = LOGGED_IN ]
+}
 conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
 # The disk has its size back. Once the replacement timeout has failed the
 # session, sd reads the capacity as 0; after the session is back it is read
@@ -52,7 +56,7 @@ rxe_off() { timeout 60 rdma link delete rxe0; }
 # when the device it was bound to goes away).
 rxe_on() {
 	rdma link add rxe0 type rxe netdev dummy0 || return 1
-	_wait_for 10 _rdma_dev_for "$IP" || return 1
+	_wait_for 30 _rdma_dev_for "$IP" || return 1
 	echo 0 >"$NP/iser"
 	echo 1 >"$NP/iser"
 }
@@ -138,12 +142,12 @@ dmesg_mark
 check "TPG disabled 5 s under fio: fio verified, no I/O error" \
 	verified_through_outage 5 tpg_off tpg_on
 check "  the connection was lost and riser reported it" conn_lost
-check "  the session is logged in again" _wait_for 60 session_up
+check "  the session is logged in again" _wait_for 120 session_up
 
 dmesg_mark
 check "TPG disabled past the replacement timeout: fio ends with an I/O error, no hang" \
 	eio_through_long_outage
-check "  the session is logged in again once the target is back" _wait_for 90 session_up
+check "  the session is logged in again once the target is back" _wait_for 120 session_up
 echo 60 >"$(sess)/recovery_tmo"
 check "  a rescan gives the disk its size back" rescan_sized
 check "  the disk works again, data verified" fio_verify "$DEV" randrw 4k 8 2M
@@ -153,11 +157,11 @@ check "rxe deleted and re-added under fio: fio verified, no I/O error" \
 	verified_through_outage 3 rxe_off rxe_on
 check "  riser freed the connection in the device-removal event" \
 	dmesg_has "riser: RDMA device of the connection to $IP:3260 removed"
-check "  the session is logged in again" _wait_for 60 session_up
+check "  the session is logged in again" _wait_for 120 session_up
 
 check "bus reset (sg_reset -b) under fio load, data verified" reset_under_load -b
 check "host reset (sg_reset -H) under fio load, data verified" reset_under_load -H
-check "  the session is logged in" _wait_for 60 session_up
+check "  the session is logged in" _wait_for 120 session_up
 
 dmesg_mark
 check "iscsid killed" kill -KILL "$ISCSID_PID"
@@ -168,7 +172,7 @@ check "  riser freed the connection in the device-removal event" \
 	dmesg_has "riser: RDMA device of the connection to $IP:3260 removed"
 check "  rxe re-added" rxe_on
 check "iscsid restarted" iscsi_start
-check "  the session is logged in again" _wait_for 90 session_up
+check "  the session is logged in again" _wait_for 120 session_up
 check "  the disk works, data verified" fio_verify "$DEV" randrw 4k 8 2M
 
 check "logout" iscsi_logout "$IQN" "$IP"

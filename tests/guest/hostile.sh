@@ -43,7 +43,7 @@ evil_stop() {
 	EVIL_PID=
 }
 
-evil_fired() { _wait_for 10 grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
+evil_fired() { _wait_for 30 grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
 evil_tmf() { grep -q "^evil: TMF function $2" "$RISER_OUT/$1.log"; }
 
 # node_setup IQN: a node record with short task-management timeouts, so a
@@ -61,9 +61,9 @@ node_setup() {
 
 # session_up IQN: the session's connection is logged in (again).
 session_up() {
-	local s
+	local s st
 	s=$(iscsi_session "$1") || return 1
-	[ "$(cat /sys/class/iscsi_session/"$s"/state 2>/dev/null)" = LOGGED_IN ]
+	read -r st <"/sys/class/iscsi_session/$s/state" 2>/dev/null && [ "$st" = LOGGED_IN ]
 }
 
 # pattern_roundtrip N: 256 KiB of random data written at MiB N and read
@@ -120,7 +120,7 @@ ffp() {
 	trigger >>"$RISER_OUT/guest.log" 2>&1
 	check "$mode: the target misbehaved" evil_fired ffp "$mode"
 	if [ -n "$pattern" ]; then
-		check "$mode: dmesg has: $pattern" _wait_for 30 dmesg_has "$pattern"
+		check "$mode: dmesg has: $pattern" _wait_for 60 dmesg_has "$pattern"
 	else
 		check "$mode: the connection survived" no_conn_error
 	fi
@@ -131,7 +131,7 @@ ffp() {
 		check "$mode: then an LU reset (LOGICAL UNIT RESET), never answered" evil_tmf ffp "5 ignored"
 		;;
 	esac
-	check "$mode: session logged in (again)" _wait_for 90 session_up "$IQN"
+	check "$mode: session logged in (again)" _wait_for 120 session_up "$IQN"
 	check "$mode: a write reported done reads back equal" written_reads_back
 	check "$mode: the disk reads and writes" pattern_roundtrip 2
 }

@@ -46,13 +46,15 @@ ISCSI_TIMEOUT=${ISCSI_TIMEOUT:-180}
 
 _tgt_err() { echo "target.sh: $*" >&2; return 1; }
 
-# _wait_for SECONDS CMD...: retry CMD every 0.2 s until it succeeds.
+# _wait_for SECONDS CMD...: retry CMD every half second until it succeeds,
+# for SECONDS of real time. (Counted in seconds, not tries: a CMD that forks
+# takes a good part of a second itself in the KASAN guest under TCG.)
 _wait_for() {
-	local i n=$(($1 * 5))
+	local end=$((SECONDS + $1))
 	shift
-	for ((i = 0; i < n; i++)); do
+	while ((SECONDS < end)); do
 		"$@" 2>/dev/null && return 0
-		sleep 0.2
+		nap 0.5
 	done
 	"$@"
 }
@@ -133,7 +135,7 @@ _lio_iscsi_target() {
 	fi
 
 	# The iSER listener needs the RDMA device (ENODEV before it exists).
-	_wait_for 10 _rdma_dev_for "$ip" ||
+	_wait_for 30 _rdma_dev_for "$ip" ||
 		_tgt_err "no RDMA device on the netdev holding $ip" || return 1
 	if [ "$(cat "$t/np/$np/iser")" != 1 ]; then
 		echo 1 >"$t/np/$np/iser" || _tgt_err "cannot enable iSER on $np" || return 1
@@ -376,13 +378,19 @@ iscsi_start() {
 		iscsiadm -m session >/dev/null 2>&1
 		rc=$?
 		[ $rc -eq 0 ] || [ $rc -eq 21 ] && return 0
-		sleep 0.2
+		nap 0.2
 	done
 	_tgt_err "iscsid does not answer (see $log)"
 }
 
 # _proc_state PID: the process state letter (R, S, D, Z...), empty when gone.
-_proc_state() { awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null; }
+# (The comm field may hold spaces: the state follows its closing paren.)
+_proc_state() {
+	local st
+	read -r st <"/proc/$1/stat" 2>/dev/null || return 0
+	st=${st##*) }
+	echo "${st%% *}"
+}
 
 # _reaped_within SECONDS PID: true once PID has exited (a zombie counts).
 _reaped_within() {
@@ -390,7 +398,7 @@ _reaped_within() {
 	for ((i = 0; i < $1 * 5; i++)); do
 		st=$(_proc_state "$2")
 		[ -z "$st" ] || [ "$st" = Z ] && return 0
-		sleep 0.2
+		nap 0.2
 	done
 	return 1
 }
@@ -546,11 +554,11 @@ iscsi_host_is_iscsi_iser() {
 
 # iscsi_session IQN: prints the sysfs name (sessionN) of a session to IQN.
 iscsi_session() {
-	local s
+	local s name
 	for s in /sys/class/iscsi_session/session*; do
-		[ -e "$s/targetname" ] || continue
-		if [ "$(cat "$s/targetname")" = "${1:?IQN}" ]; then
-			basename "$s"
+		read -r name <"$s/targetname" 2>/dev/null || continue
+		if [ "$name" = "${1:?IQN}" ]; then
+			echo "${s##*/}"
 			return 0
 		fi
 	done
@@ -562,17 +570,17 @@ iscsi_session() {
 # the SCSI scan and udev-less device node.
 iscsi_dev() {
 	local iqn=${1:?IQN} lun=${2:-0} timeout=${3:-60}
-	local i s b
-	for ((i = 0; i < timeout * 5; i++)); do
+	local end=$((SECONDS + ${3:-60})) s b
+	while ((SECONDS < end)); do
 		if s=$(iscsi_session "$iqn"); then
 			for b in /sys/class/iscsi_session/"$s"/device/target*/*:*:*:"$lun"/block/*; do
-				if [ -e "$b" ] && [ -b "/dev/$(basename "$b")" ]; then
-					echo "/dev/$(basename "$b")"
+				if [ -e "$b" ] && [ -b "/dev/${b##*/}" ]; then
+					echo "/dev/${b##*/}"
 					return 0
 				fi
 			done
 		fi
-		sleep 0.2
+		nap 0.3
 	done
 	_tgt_err "no block device for LUN $lun of $iqn after ${timeout}s"
 }
