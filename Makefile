@@ -37,7 +37,7 @@ SHELL := /bin/bash
 # then session.sh alone on two vCPUs, so that riser's submission and
 # completion paths run in parallel under KASAN and lockdep.
 GUEST_TESTS = tests/guest/features.sh tests/guest/hostile.sh tests/guest/matrix.sh \
-	tests/guest/faults.sh tests/guest/session-siw.sh tests/guest/unreg.sh \
+	tests/guest/faults.sh tests/guest/session-siw.sh \
 	tests/guest/check.sh tests/guest/session.sh:2
 
 # The hostile iSER target (userspace verbs), run inside the guest.

@@ -3,7 +3,8 @@
 #
 # The in-guest part of `make check`: load riser over a soft-RoCE device, keep
 # its KUnit results, check the transport it registers, its parameter checks,
-# its refusal to load beside ib_iser, and a clean unload.
+# its refusal to load beside ib_iser, and a clean unload; then a session
+# with always_register=0 (unregistered single-segment buffers).
 
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
@@ -70,6 +71,33 @@ else
 fi
 
 check "riser loads after ib_iser is gone" insmod "$KO"
-check "final rmmod riser" rmmod riser
+check "rmmod riser again" rmmod riser
+
+# riser loaded with always_register=0 (ib_iser's option): single-segment
+# buffers the target reaches (reads, here those of fio's verification) go
+# to it under the PD's global rkey and the local DMA lkey, without a memory
+# registration; larger ones are still registered. (A 4k write's data all
+# goes as immediate data, from the local DMA lkey, with or without the
+# option.) fio with crc32c verification over both, against LIO. (Here
+# rather than in a guest of its own: a boot costs about 100 s.)
+. "$RISER_TOP/tests/guest/target.sh"
+U=iqn.2026-11.org.riser:unreg
+IP=192.168.77.1
+check "insmod riser.ko always_register=0" insmod "$KO" always_register=0
+check "the parameter reads N" test "$(cat $P/always_register)" = N
+check "LIO rd_mcp target" lio_rd_target $U $IP 32
+check "iscsid started" iscsi_start
+check "login" iscsi_login $U $IP
+DEV=$(iscsi_dev $U 0 60 2>>"$RISER_OUT/guest.log") || DEV=
+check "block device ($DEV)" test -b "$DEV"
+check "fio 4k random writes (one segment each), verified" fio_verify "$DEV" randwrite 4k 16 2M
+check "fio 256k writes (several segments, registered), verified" fio_verify "$DEV" write 256k 16 4M
+dmesg_mark
+check "logout" iscsi_logout $U $IP
+check "riser counted commands sent without registration" \
+	dmesg_has "riser: connection to $IP:3260: [1-9][0-9]* commands sent with unregistered buffers"
+check "final rmmod riser" unload_riser
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
 check "rxe0 removed" rdma link delete rxe0
 save_dmesg

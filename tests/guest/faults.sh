@@ -30,7 +30,7 @@ sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 session_up() {
 	local s st
 	s=$(iscsi_session "$IQN") || return 1
-	read -r st <"/sys/class/iscsi_session/$s/state" 2>/dev/null && [ "$st" = LOGGED_IN ]
+	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
 }
 conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
 # The disk has its size back. Once the replacement timeout has failed the

@@ -63,7 +63,7 @@ node_setup() {
 session_up() {
 	local s st
 	s=$(iscsi_session "$1") || return 1
-	read -r st <"/sys/class/iscsi_session/$s/state" 2>/dev/null && [ "$st" = LOGGED_IN ]
+	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
 }
 
 # pattern_roundtrip N: 256 KiB of random data written at MiB N and read

@@ -157,7 +157,7 @@ unload_riser() {
 	fi
 	local ref
 	for ((i = 0; i < n; i++)); do
-		read -r ref </sys/module/riser/refcnt 2>/dev/null && [ "$ref" = 0 ] && break
+		{ read -r ref </sys/module/riser/refcnt; } 2>/dev/null && [ "$ref" = 0 ] && break
 		nap 0.2
 	done
 	if [ "$i" -gt 0 ] && [ "$i" -lt "$n" ]; then

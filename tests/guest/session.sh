@@ -32,15 +32,17 @@ fs_roundtrip() {
 	cmp /tmp/a.bin "$MNT/a.bin" && seq 1 20000 | cmp - "$MNT/b.txt" || ok=1
 	umount "$MNT" && return $ok
 }
-# fio_sized RW BS QD: fio_verify on the session's disk, over 256 KiB for
-# 512-byte blocks, 1 MiB for 4 KiB and 4 MiB above (the guest is emulated,
-# with KASAN, lockdep and kmemleak on, and rxe copies and checksums every
-# byte in software).
+# fio_sized RW BS QD: fio_verify on the session's disk, over 256 commands
+# for 512-byte and 4 KiB blocks, 2 MiB for 64k and 512k, 4 MiB above (the
+# guest is emulated, with KASAN, lockdep and kmemleak on, where a 4k
+# command costs about 30 ms, and rxe copies and checksums every byte in
+# software).
 fio_sized() {
 	local size
 	case $2 in
-	512) size=256k ;;
+	512) size=128k ;;
 	4k) size=1M ;;
+	64k | 512k) size=2M ;;
 	*) size=4M ;;
 	esac
 	fio_verify "$DEV" "$1" "$2" "$3" "$size"

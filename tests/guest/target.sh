@@ -387,7 +387,7 @@ iscsi_start() {
 # (The comm field may hold spaces: the state follows its closing paren.)
 _proc_state() {
 	local st
-	read -r st <"/proc/$1/stat" 2>/dev/null || return 0
+	{ read -r st <"/proc/$1/stat"; } 2>/dev/null || return 0
 	st=${st##*) }
 	echo "${st%% *}"
 }
@@ -556,7 +556,7 @@ iscsi_host_is_iscsi_iser() {
 iscsi_session() {
 	local s name
 	for s in /sys/class/iscsi_session/session*; do
-		read -r name <"$s/targetname" 2>/dev/null || continue
+		{ read -r name <"$s/targetname"; } 2>/dev/null || continue
 		if [ "$name" = "${1:?IQN}" ]; then
 			echo "${s##*/}"
 			return 0
