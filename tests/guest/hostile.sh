@@ -33,7 +33,7 @@ evil_start() {
 	local log=$RISER_OUT/$1.log
 	"$EVIL" -a "$IP" -m "$2" -l "$TRIGGER_LBA" >"$log" 2>&1 &
 	EVIL_PID=$!
-	_wait_for 10 grep -q "^evil: listening" "$log"
+	_wait_for 60 grep -q "^evil: listening" "$log"
 }
 
 evil_stop() {

@@ -179,7 +179,7 @@ lio_nullblk_target() {
 		fi &&
 		echo 1 >"$nb/power" ||
 		_tgt_err "cannot create null_blk device $name ($mb MiB)" || return 1
-	_wait_for 10 test -b "/dev/$name" || _tgt_err "no /dev/$name" || return 1
+	_wait_for 30 test -b "/dev/$name" || _tgt_err "no /dev/$name" || return 1
 	bs=$LIO/core/iblock_0/$name
 	mkdir -p "$bs" &&
 		echo "udev_path=/dev/$name" >"$bs/control" &&
@@ -323,7 +323,7 @@ lio_teardown() {
 	for m in ib_isert iscsi_target_mod target_core_iblock target_core_file \
 		target_core_pscsi target_core_user target_core_mod; do
 		[ -d "/sys/module/$m" ] || continue
-		_wait_for 20 rmmod "$m" || { _tgt_err "$m does not unload"; rc=1; }
+		_wait_for 60 rmmod "$m" || { _tgt_err "$m does not unload"; rc=1; }
 	done
 	return $rc
 }
@@ -371,7 +371,7 @@ iscsi_start() {
 	local i rc
 	# setsid forks only when it leads a process group, which a background
 	# job of a script does not: the pid is iscsid's.
-	_wait_for 5 grep -qx iscsid "/proc/$ISCSID_PID/comm" ||
+	_wait_for 20 grep -qx iscsid "/proc/$ISCSID_PID/comm" ||
 		_tgt_err "pid $ISCSID_PID is not iscsid" || return 1
 	for ((i = 0; i < 100; i++)); do
 		kill -0 "$ISCSID_PID" 2>/dev/null || { ISCSID_PID=; _tgt_err "iscsid died (see $log)"; return 1; }
