@@ -26,10 +26,15 @@ fi
 # builtin reads 0.8 s), so a polling loop built on sleep(1) spends its time
 # forking instead of leaving the CPU to the work it waits for. read's
 # timeout on a FIFO that nobody writes does the waiting in the shell.
+# Should the FIFO not open, nap falls back to sleep(1).
 _NAP_FIFO=/tmp/.riser-nap.$$
-mkfifo "$_NAP_FIFO" && exec {_NAP_FD}<>"$_NAP_FIFO"
 rm -f "$_NAP_FIFO"
-nap() { read -rt "$1" -u "$_NAP_FD" _ 2>/dev/null || :; }
+if mkfifo "$_NAP_FIFO" && exec {_NAP_FD}<>"$_NAP_FIFO"; then
+	nap() { read -rt "$1" -u "$_NAP_FD" _ 2>/dev/null || :; }
+else
+	nap() { sleep "$1"; }
+fi
+rm -f "$_NAP_FIFO"
 
 # uptime_now: the kernel's uptime in seconds (to the hundredth), in $UPTIME;
 # a builtin read, no fork.
@@ -144,15 +149,15 @@ iscsi_state() {
 }
 
 # unload_riser [SECONDS]: rmmod riser once nothing holds it, waiting up to
-# SECONDS (default 30) for the holders that go on their own after a logout
+# SECONDS (default 60) for the holders that go on their own after a logout
 # (a udev probe that opened the disk before it went); when it has to wait,
 # says what held riser (iscsi_state) and how long it took. When riser is
 # still held at the end, says what holds it then.
 unload_riser() {
-	local i n=$((${1:-30} * 5))
+	local i n=$((${1:-60} * 5))
 	[ -d /sys/module/riser ] || { echo "riser is not loaded"; return 1; }
 	if [ "$(cat /sys/module/riser/refcnt)" != 0 ]; then
-		echo "riser is held; waiting up to ${1:-30} s. Holders now:"
+		echo "riser is held; waiting up to ${1:-60} s. Holders now:"
 		iscsi_state
 	fi
 	local ref
