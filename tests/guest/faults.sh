@@ -27,11 +27,7 @@ NP=$TPG/np/$IP:3260
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
-session_up() {
-	local s st
-	s=$(iscsi_session "$IQN") || return 1
-	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
-}
+session_up() { iscsi_logged_in "$IQN"; }
 conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
 # The disk has its size back. Once the replacement timeout has failed the
 # session, sd reads the capacity as 0; after the session is back it is read

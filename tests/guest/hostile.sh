@@ -60,11 +60,7 @@ node_setup() {
 }
 
 # session_up IQN: the session's connection is logged in (again).
-session_up() {
-	local s st
-	s=$(iscsi_session "$1") || return 1
-	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
-}
+session_up() { iscsi_logged_in "$1"; }
 
 # pattern_roundtrip N: 256 KiB of random data written at MiB N and read
 # back equal, both with O_DIRECT.

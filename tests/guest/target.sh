@@ -577,12 +577,20 @@ iscsi_session() {
 	return 1
 }
 
+# iscsi_logged_in IQN: the session to IQN exists and is LOGGED_IN (builtin
+# reads: it is polled).
+iscsi_logged_in() {
+	local s st
+	s=$(iscsi_session "${1:?IQN}") || return 1
+	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
+}
+
 # iscsi_dev IQN [LUN] [TIMEOUT]: prints /dev/sdX of LUN (default 0) of the
 # logged-in session to IQN, waiting up to TIMEOUT seconds (default 60) for
 # the SCSI scan and udev-less device node.
 iscsi_dev() {
 	local iqn=${1:?IQN} lun=${2:-0} timeout=${3:-60}
-	local end=$((SECONDS + ${3:-60})) s b
+	local end=$((SECONDS + timeout)) s b
 	while ((SECONDS < end)); do
 		if s=$(iscsi_session "$iqn"); then
 			for b in /sys/class/iscsi_session/"$s"/device/target*/*:*:*:"$lun"/block/*; do
