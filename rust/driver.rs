@@ -546,7 +546,9 @@ struct Res {
     conn: Connection<IserConn>,
     dev: DevUse,
     sizing: ConnSizing,
-    login_tx: Arc<DmaBuf>,
+    /// Buffers of control PDUs that carry data (login, text, NOP-Out with
+    /// ping data), sent on tags `0..CTRL_TX`.
+    ctrl_tx: KVec<Arc<DmaBuf>>,
     login_rx: Arc<DmaBuf>,
     /// One header buffer per task slot: command and control PDUs.
     tx_hdrs: KVec<Arc<DmaBuf>>,
@@ -557,7 +559,8 @@ struct Res {
     /// Free Data-Out headers not reserved by a command being sent: a WRITE
     /// reserves all it needs before anything of it is posted.
     dataout_avail: AtomicU32,
-    /// Tasks whose PDU expects no response, released when sent.
+    /// Tasks whose PDU expects no response, by the send tag their PDU went
+    /// on; released when that SEND completes.
     #[pin]
     puts: SpinLockIrq<KVec<Option<TaskRef>>>,
     ff_rx: SetOnce<KVec<Arc<DmaBuf>>>,
@@ -571,7 +574,7 @@ struct Res {
 
 /// The buffers of a connection, made before its QP.
 struct Bufs {
-    login_tx: Arc<DmaBuf>,
+    ctrl_tx: KVec<Arc<DmaBuf>>,
     login_rx: Arc<DmaBuf>,
     tx_hdrs: KVec<Arc<DmaBuf>>,
     dataout: KVec<Arc<DmaBuf>>,
@@ -592,12 +595,20 @@ impl Bufs {
         for i in (0..n_dataout).rev() {
             dataout_free.push(i, GFP_KERNEL)?;
         }
-        let mut puts = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
-        for _ in 0..cmds {
+        // One per send tag of a control PDU (control buffers, task slots).
+        let mut puts = KVec::with_capacity((CTRL_TX + cmds) as usize, GFP_KERNEL)?;
+        for _ in 0..CTRL_TX + cmds {
             puts.push(None, GFP_KERNEL)?;
         }
+        let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
+        for _ in 0..CTRL_TX {
+            ctrl_tx.push(
+                DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::ToDevice)?,
+                GFP_KERNEL,
+            )?;
+        }
         Ok(Self {
-            login_tx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::ToDevice)?,
+            ctrl_tx,
             login_rx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::FromDevice)?,
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
@@ -619,7 +630,7 @@ impl Res {
             conn,
             dev,
             sizing,
-            login_tx: b.login_tx,
+            ctrl_tx: b.ctrl_tx,
             login_rx: b.login_rx,
             tx_hdrs: b.tx_hdrs,
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
@@ -634,18 +645,22 @@ impl Res {
     }
 }
 
-/// Send tag 0 is the login/text buffer, 1..=N the task slots, then the
-/// Data-Out headers.
-const LOGIN_TAG: u32 = 0;
+/// Send tags `0..CTRL_TX` are the control buffers, then one per task slot,
+/// then the Data-Out headers. Two control buffers: iscsid sends the next
+/// login or text request as soon as the answer to the previous one
+/// arrives, which can be before the completion of that request's SEND has
+/// been reaped (the receive and the send complete on the same CQ, in
+/// either order).
+const CTRL_TX: u32 = 2;
 
 impl Res {
     fn task_tag(idx: u32) -> u32 {
-        1 + idx
+        CTRL_TX + idx
     }
 
     fn dataout_tag(&self, i: u32) -> u32 {
         // CAST: the vectors were sized from u32 counts.
-        1 + self.tx_hdrs.len() as u32 + i
+        CTRL_TX + self.tx_hdrs.len() as u32 + i
     }
 
     fn headers(iser: IserHeader, bhs: &[u8; 48]) -> Result<[u8; HEADERS_LEN]> {
@@ -658,23 +673,55 @@ impl Res {
     /// Sends a login, text, NOP-Out, TMF or logout PDU.
     fn send_control(&self, task: &Task<'_, Iser>) -> Result {
         let bhs = task.bhs();
-        let data = task.mgmt_data();
-        let hdrs = Self::headers(IserHeader::default(), &bhs)?;
-        let (tag, buf) = if data.is_empty() {
-            let idx = task.index();
-            (
-                Self::task_tag(idx),
-                self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?,
-            )
-        } else {
-            if data.len() > LOGIN_DATA {
-                return Err(EINVAL);
-            }
-            (LOGIN_TAG, &self.login_tx)
+        let r = self.send_control_pdu(task, &bhs);
+        if let Err(e) = r {
+            // iscsid reports only that the PDU could not be sent.
+            pr_warn!(
+                "cannot send control PDU (opcode {:#04x}): {:?}\n",
+                login::opcode(&bhs),
+                e
+            );
+        }
+        r
+    }
+
+    /// Picks the send tag and buffer of a control PDU: the task slot's own
+    /// header buffer when the PDU has no data and the slot's tag is free,
+    /// else a free control buffer. A tag is free when its last SEND has
+    /// completed and no task waits on it (`puts`), so nothing is written
+    /// into a buffer the device may still read.
+    fn control_buffer(
+        &self,
+        puts: &[Option<TaskRef>],
+        idx: u32,
+        data_len: usize,
+    ) -> Result<(u32, &Arc<DmaBuf>)> {
+        if data_len > LOGIN_DATA {
+            return Err(EINVAL);
+        }
+        let free = |tag: u32| {
+            self.conn.send_tag_idle(tag) && puts.get(tag as usize).is_some_and(Option::is_none)
         };
+        let own = Self::task_tag(idx);
+        if data_len == 0 && free(own) {
+            return Ok((own, self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?));
+        }
+        (0..CTRL_TX)
+            .zip(self.ctrl_tx.iter())
+            .find(|(tag, _)| free(*tag))
+            .ok_or(EBUSY)
+    }
+
+    fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &[u8; 48]) -> Result {
+        let data = task.mgmt_data();
+        let hdrs = Self::headers(IserHeader::default(), bhs)?;
+        // Held until posted: a send completion releases a tag's task
+        // under this lock.
+        let mut puts = self.puts.lock();
+        let (tag, buf) = self.control_buffer(&puts, task.index(), data.len())?;
         buf.write(0, &hdrs)?;
         buf.write(HEADERS_LEN, data)?;
-        if login::opcode(&bhs) == login::OP_LOGIN_REQ {
+        if login::opcode(bhs) == login::OP_LOGIN_REQ {
             // The large login receive is posted for every login round (bug
             // 2); it is still posted if the previous round had no answer.
             match self.conn.post_recv(0, &self.login_rx) {
@@ -683,26 +730,18 @@ impl Res {
             }
         }
         let sge = buf.sge(0, HEADERS_LEN + data.len(), self.conn.pd())?;
-        if task.reserved_itt() {
-            // No response will release this task: its send completion will.
-            let mut puts = self.puts.lock();
-            let slot = puts.get_mut(task.index() as usize).ok_or(EINVAL)?;
-            if slot.is_some() {
-                return Err(EBUSY);
-            }
-            self.conn.post_send(&[SendOp::Send {
-                tag,
-                sges: &[sge],
-                keep: Some(buf),
-            }])?;
-            *slot = Some(task.take_ref());
-            return Ok(());
-        }
         self.conn.post_send(&[SendOp::Send {
             tag,
             sges: &[sge],
             keep: Some(buf),
-        }])
+        }])?;
+        if task.reserved_itt() {
+            // No response will release this task: the completion of the
+            // SEND on this tag will.
+            let slot = puts.get_mut(tag as usize).ok_or(EINVAL)?;
+            *slot = Some(task.take_ref());
+        }
+        Ok(())
     }
 
     /// Sends a SCSI command: registration, command PDU (with immediate
@@ -1128,7 +1167,7 @@ impl IserConn {
             max_send_wr: sizing.max_send_wr,
             max_recv_wr: sizing.max_recv_wr,
             recv_tags: sizing.max_recv_wr,
-            send_tags: 1 + sizing.max_cmds + n_dataout,
+            send_tags: CTRL_TX + sizing.max_cmds + n_dataout,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
             // CAST: a small constant.
@@ -1398,16 +1437,15 @@ impl QpHandler for IserConn {
         };
         // CAST: the vector was sized from a u32 count.
         let cmds = res.tx_hdrs.len() as u32;
-        if tag > cmds {
+        if tag >= CTRL_TX + cmds {
             // The list has room for every slot: it was made with all of them.
-            let _ = res.dataout_free.lock().push(tag - 1 - cmds, GFP_ATOMIC);
-            res.dataout_avail.fetch_add(1, Ordering::AcqRel);
-        } else if tag >= 1 {
-            let put = res
-                .puts
+            let _ = res
+                .dataout_free
                 .lock()
-                .get_mut(tag as usize - 1)
-                .and_then(Option::take);
+                .push(tag - CTRL_TX - cmds, GFP_ATOMIC);
+            res.dataout_avail.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let put = res.puts.lock().get_mut(tag as usize).and_then(Option::take);
             drop(put);
         }
     }

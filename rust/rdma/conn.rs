@@ -466,6 +466,12 @@ impl Tag {
         }
     }
 
+    /// Whether the tag's last work request has completed (or none was
+    /// posted).
+    fn idle(&self) -> bool {
+        self.keep.load(Ordering::Acquire).is_null()
+    }
+
     /// Records `buf` as used by the work request of this tag; `EBUSY` if the
     /// tag's previous work request has not completed.
     fn hold(&self, buf: Option<&Arc<DmaBuf>>) -> Result {
@@ -774,6 +780,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: The QP is valid (type invariant); its CQ is not polled
         // directly, as `ib_drain_qp` requires.
         unsafe { bindings::ib_drain_qp(self.qp.as_ptr()) };
+    }
+
+    /// Whether send tag `tag` is free for a new work request: its last one
+    /// has completed, or none was posted. A stale answer is harmless: a
+    /// tag taken meanwhile makes [`Connection::post_send`] fail with
+    /// `EBUSY` before anything is posted.
+    pub(crate) fn send_tag_idle(&self, tag: u32) -> bool {
+        self.send_tags.get(tag as usize).is_some_and(Tag::idle)
     }
 
     /// Posts a receive of `buf` (all of it) completing on tag `tag`.
