@@ -121,6 +121,13 @@ ffp() {
 		check "$mode: the connection survived" no_conn_error
 	fi
 	case $mode in
+	ping)
+		# Each ping goes when the last was answered: a NOP-Out whose task
+		# riser did not release after its SEND would drain libiscsi's
+		# few management tasks long before the hundredth.
+		check "$mode: the initiator answered all 100 pings, each echoing its TTT" \
+			_wait_for 60 grep -q "^evil: pings answered 100\$" "$RISER_OUT/ffp.log"
+		;;
 	silent) check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$" ;;
 	silent-all)
 		check "$mode: abort (ABORT TASK) was tried and refused" evil_tmf ffp "1 rejected"
@@ -156,11 +163,12 @@ declare -A EXPECT=(
 	[bad-opcode]="$FAILED: malformed PDU"
 	[drop]="$FAILED: disconnected by the target"
 	[flood-nop]=""
+	[ping]=""
 	[flood-async]="$FAILED: async message flood"
 	[silent]=""
 	[silent-all]="detected conn error"
 )
-FFP_MODES=${RISER_EVIL_MODES:-short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode drop flood-nop flood-async silent silent-all}
+FFP_MODES=${RISER_EVIL_MODES:-short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode drop flood-nop ping flood-async silent silent-all}
 check "hostile target up (full-feature modes)" evil_start ffp "${FFP_MODES// /,}"
 check "node record" node_setup "$IQN"
 check "login" iscsi_login "$IQN" "$IP"

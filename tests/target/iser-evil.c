@@ -58,7 +58,7 @@ enum mode {
 	M_NONE, M_SHORT, M_DSL_LONG, M_OVERRUN, M_UNKNOWN_ITT, M_STALE_ITT,
 	M_INV_OTHER, M_INV_BAD, M_BAD_VERSION, M_BAD_FLAGS, M_AHS, M_BAD_OPCODE,
 	M_FLOOD_NOP, M_FLOOD_ASYNC, M_SILENT, M_SILENT_ALL, M_LOGIN_LONG,
-	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP,
+	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING,
 };
 
 static const char *const mode_names[] = {
@@ -70,7 +70,7 @@ static const char *const mode_names[] = {
 	[M_FLOOD_NOP] = "flood-nop", [M_FLOOD_ASYNC] = "flood-async",
 	[M_SILENT] = "silent", [M_SILENT_ALL] = "silent-all",
 	[M_LOGIN_LONG] = "login-long", [M_LOGIN_DSL] = "login-dsl",
-	[M_LOGIN_BAD] = "login-bad", [M_DROP] = "drop",
+	[M_LOGIN_BAD] = "login-bad", [M_DROP] = "drop", [M_PING] = "ping",
 };
 
 /* A command whose response waits: an RDMA READ in flight, or held back. */
@@ -107,7 +107,14 @@ struct conn {
 	uint32_t held_rstag;
 	uint64_t held_rva;
 	uint32_t held_len, held_lba;
+	/* ping: NOP-In pings sent one at a time, each when the last is
+	 * answered; pings_sent 0 when none is going on */
+	int pings_sent;
 };
+
+/* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
+#define PINGS 100
+#define PING_TTT 0x50000000u
 
 /* The misbehaviours to show, in order, one per trigger; mode is the next. */
 #define MAX_MODES 32
@@ -508,6 +515,35 @@ static int pend_new(struct conn *c)
 	return -1;
 }
 
+/* ping: the next NOP-In ping (ITT reserved, TTT valid, StatSN not
+ * advanced); the initiator must answer each with a NOP-Out echoing it. */
+static void ping_next(struct conn *c)
+{
+	send_simple(c, 0x20, 0xffffffff, PING_TTT + c->pings_sent, false, NULL, 0);
+	c->pings_sent++;
+}
+
+/* A NOP-Out with the reserved ITT: the answer to a ping. */
+static void ping_answered(struct conn *c, uint32_t ttt)
+{
+	if (!c->pings_sent)
+		return;
+	if (ttt != PING_TTT + c->pings_sent - 1) {
+		printf("evil: ping answer with TTT 0x%08x, expected 0x%08x\n", ttt,
+		       PING_TTT + c->pings_sent - 1);
+		fflush(stdout);
+		c->pings_sent = 0;
+		return;
+	}
+	if (c->pings_sent < PINGS) {
+		ping_next(c);
+		return;
+	}
+	printf("evil: pings answered %d\n", c->pings_sent);
+	fflush(stdout);
+	c->pings_sent = 0;
+}
+
 /* The misbehaviours that replace the response to a READ. */
 static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 {
@@ -592,6 +628,12 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 			send_simple(c, 0x20, 0xffffffff, 0xffffffff, false, NULL, 0);
 		/* Flooding is legal: the READ still gets its response. */
 		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		break;
+	case M_PING:
+		/* The READ's response, then pings, one answered at a time. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		c->pings_sent = 0;
+		ping_next(c);
 		break;
 	case M_FLOOD_ASYNC: {
 		/* AsyncEvent 255: vendor specific; iscsid logs it. */
@@ -823,6 +865,8 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			c->exp_cmdsn = be32(bhs + 24) + 1;
 		if (be32(bhs + 16) != 0xffffffff)
 			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
+		else
+			ping_answered(c, be32(bhs + 20));
 		break;
 	case 0x02: {	/* Task management: done (a held command is dropped) */
 		uint8_t fn = bhs[1] & 0x7f;
