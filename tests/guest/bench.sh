@@ -185,7 +185,7 @@ ceiling() {
 # as the first (2026-11-23: all three rxe profiles, both tries), and costs
 # the bench about 20 s a profile.
 profile_run() {
-	local kind=$1 init=$2 dev=$3 p=$RAW/$1.$2.profile fpid try
+	local kind=$1 init=$2 dev=$3 p=$RAW/$1.$2.profile fpid try ko
 	for ((try = 1; try <= ${RISER_BENCH_PROFILE_TRIES:-1}; try++)); do
 		progress "$kind $init profile: perf record during randread-4k-qd32x2 (try $try)"
 		fio --name=p --filename="$dev" --direct=1 --ioengine=libaio --rw=randread --bs=4k \
@@ -222,6 +222,20 @@ profile_run() {
 			awk '$2 == "([riser])" { print $1 }' >"$p.riser-ips"
 		grep '\[riser\]$' /proc/kallsyms >"$p.kallsyms"
 		check "$kind profile: riser's symbols kept from /proc/kallsyms" test -s "$p.kallsyms"
+		# Where riser's code is: perf gives a module the address range of
+		# /proc/modules, its text address and its whole size, and since the
+		# kernel allocates a module's text, data and rodata apart, that
+		# range also covers whatever text was allocated after riser's
+		# (modules loaded later). The report counts as riser's only the
+		# samples inside its .text: the section's address and its size.
+		ko=$KO
+		[ "$RISER_LOADED" = b ] && ko=$KO_B
+		{
+			cat /sys/module/riser/sections/.text
+			readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }'
+		} >"$p.text"
+		check "$kind profile: riser's .text located (address and size)" \
+			test "$(wc -l <"$p.text")" = 2
 	fi
 }
 
