@@ -101,6 +101,13 @@ use_ib_iser() {
 	[ -d /sys/module/ib_iser ] || modprobe ib_iser
 }
 use_iscsi_tcp() { modprobe iscsi_tcp; }
+# unload_iser_initiators: rmmod riser and ib_iser, waiting up to 30 s for
+# each (a module is busy until its last connection is torn down).
+_rmmod_if_loaded() { [ ! -d "/sys/module/$1" ] || rmmod "$1" 2>/dev/null; }
+unload_iser_initiators() {
+	_wait_for 30 _rmmod_if_loaded riser && _wait_for 30 _rmmod_if_loaded ib_iser || return 1
+	RISER_LOADED=
+}
 iface_of() { case $1 in iscsi_tcp) echo default ;; *) echo iser ;; esac; }
 
 # session_driver IQN: the module behind the session to IQN (riser, ib_iser
@@ -286,6 +293,14 @@ bench_device() {
 			measure "$kind" "$ip" "$i" "$r" "$iqn_rd@rd_mcp" "$iqn_nb@null_blk"
 		done
 	done
+	# No iSER connection may outlive its logout into the ceiling's runs:
+	# the C ib_iser ends its QPs after iscsiadm's logout has returned, and
+	# on 2026-11-24 one still there over siw took a fatal error while
+	# ib_read_bw ran (ib_iser: "detected conn error (1011)" on a connection
+	# iscsid had shut down; isert: "QP fatal error"), after which LIO's
+	# session close spun in iscsit_close_session and the teardown hung.
+	# Unloading the initiators waits until their connections are gone.
+	check "$kind: the iSER initiators unloaded before the ceiling" unload_iser_initiators
 	ceiling "$kind" "$dev" "$ip"
 	progress "$kind: teardown"
 	check "$kind: LIO torn down" lio_teardown
