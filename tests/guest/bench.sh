@@ -229,21 +229,26 @@ profile_run() {
 			awk '$2 == "([riser])" { print $1 }' >"$p.riser-ips"
 		grep '\[riser\]$' /proc/kallsyms >"$p.kallsyms"
 		check "$kind profile: riser's symbols kept from /proc/kallsyms" test -s "$p.kallsyms"
-		# Where riser's code is: perf gives a module the address range of
-		# /proc/modules, its text address and its whole size, and since the
-		# kernel allocates a module's text, data and rodata apart, that
-		# range also covers whatever text was allocated after riser's
-		# (modules loaded later). The report counts as riser's only the
-		# samples inside its .text: the section's address and its size.
-		ko=$KO
-		[ "$RISER_LOADED" = b ] && ko=$KO_B
-		{
-			cat /sys/module/riser/sections/.text
-			readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }'
-		} >"$p.text"
-		check "$kind profile: riser's .text located (address and size)" \
-			test "$(wc -l <"$p.text")" = 2
 	fi
+	# Where the initiator's code is: perf gives a module the address range
+	# of /proc/modules, its text address and its whole size, and since the
+	# kernel allocates a module's text, data and rodata apart, that range
+	# also covers text allocated after the module's (modules loaded later),
+	# and another module's range may cover this one's text. The report
+	# counts as the initiator's the samples inside its .text, from every
+	# sample's address and the section's address and size.
+	case $init in
+	riser) ko=$KO ;;
+	riser_b) ko=$KO_B ;;
+	*) ko=$(modinfo -n "$init") ;;
+	esac
+	perf script -i /tmp/perf.data -F ip 2>/dev/null >"$p.ips"
+	{
+		cat "/sys/module/${init%_b}/sections/.text"
+		readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }'
+	} >"$p.text"
+	check "$kind profile: $init's .text located (address and size)" \
+		test "$(wc -l <"$p.text")" = 2
 }
 
 # halt_plausible PROFILE: the share of PROFILE's samples in the idle loop's
