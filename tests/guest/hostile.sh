@@ -122,11 +122,14 @@ ffp() {
 	fi
 	case $mode in
 	ping)
-		# Each ping goes when the last was answered: a NOP-Out whose task
-		# riser did not release after its SEND would drain libiscsi's
-		# few management tasks long before the hundredth.
-		check "$mode: the initiator answered all 100 pings, each echoing its TTT" \
-			_wait_for 60 grep -q "^evil: pings answered 100\$" "$RISER_OUT/ffp.log"
+		# Each ping goes when the last was answered. libiscsi leaves the
+		# release of such a NOP-Out's task to the driver (riser: when its
+		# SEND completes); a task left unreleased stays out of the
+		# session's task pool (cmds_max plus 15: 143 with open-iscsi's
+		# default), which 600 pings would drain (checked: with the
+		# release removed, the answers stop).
+		check "$mode: the initiator answered all 600 pings, each echoing its TTT" \
+			_wait_for 90 grep -q "^evil: pings answered 600\$" "$RISER_OUT/ffp.log"
 		;;
 	silent) check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$" ;;
 	silent-all)

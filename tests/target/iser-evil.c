@@ -113,7 +113,7 @@ struct conn {
 };
 
 /* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
-#define PINGS 100
+#define PINGS 600
 #define PING_TTT 0x50000000u
 
 /* The misbehaviours to show, in order, one per trigger; mode is the next. */
