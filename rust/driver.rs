@@ -16,12 +16,13 @@ use crate::{
         login,
         pdu::{RxPdu, TargetOpcode, HEADERS_LEN},
         sizing::{self, ConnSizing, Params, DATAOUT_SLOTS_PER_CMD},
+        tmf::{self, Scope, TmfRequest},
     },
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
         conn::{
-            ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration, SendOp, Sge,
-            Wc, UNSIGNALED_TAG,
+            Access, ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration,
+            SendOp, Sge, Wc, UNSIGNALED_TAG,
         },
         Client, ClientDriver, Cq, Device, DeviceCaps, Pd, PollContext,
     },
@@ -210,6 +211,13 @@ impl TransportOps for Iser {
             pr_err!("bind: the connection is being torn down\n");
             return Err(EINVAL);
         }
+        if !ep.params.always_register {
+            pr_warn!(
+                "session to {} runs with always_register=0: the target is given the PD's \
+                 global rkey, which reaches all of memory until the connection ends\n",
+                Addr(ep.dst)
+            );
+        }
         let room = ep.res().ok_or(ENOTCONN)?.tx_hdrs.len();
         if conn.cmds_max() as usize > room {
             pr_err!(
@@ -321,9 +329,29 @@ impl TransportOps for Iser {
         (n != 0).then_some(n)
     }
 
-    fn init_task(ep: &IserConn, _task: &Task<'_, Self>) -> Result {
+    fn init_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
         if !ep.is_up() {
             return Err(ENODEV);
+        }
+        if task.is_scsi() && task.direction() == Direction::Write {
+            let res = ep.res().ok_or(ENODEV)?;
+            let need = Res::dataouts_needed(task)?;
+            // CAST: the vector was sized from a u32 count.
+            let pool = res.dataout.len() as u32;
+            if need > pool {
+                // Waiting cannot help: requeued, it would never go.
+                // libiscsi fails the command (DID_ABORT) instead.
+                pr_err!(
+                    "a {}-byte write needs {} unsolicited Data-Outs, more than the \
+                     connection's {}: failing it (the target's \
+                     MaxRecvDataSegmentLength is {})\n",
+                    task.data_len(),
+                    need,
+                    pool,
+                    task.max_xmit_dlength()
+                );
+                return Err(EINVAL);
+            }
         }
         Ok(())
     }
@@ -343,9 +371,11 @@ impl TransportOps for Iser {
         }
         if let Some(why) = broken {
             // The command is on the wire: libiscsi must not requeue it, so
-            // report it sent and let recovery fail it.
+            // report it sent and let recovery fail it. libiscsi holds the
+            // session's frwd_lock here, which failing the connection takes:
+            // that is done from a workqueue.
             drop(res);
-            ep.fail(why);
+            ep.fail_later(why);
         }
         match dir {
             Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
@@ -363,8 +393,9 @@ impl TransportOps for Iser {
     }
 
     fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {
-        // The MR keeps its registration state (bug 4) and the layer unmaps
-        // the data (bug 6): nothing else is held per task.
+        // Nothing is left to do: a command's task is freed only once the
+        // target can no longer reach its memory (its rkey invalidated, its
+        // sends completed: see `Track`), and the layer unmaps the data.
     }
 }
 
@@ -506,6 +537,7 @@ pub(crate) struct IserConn {
     state: Mutex<State>,
     #[pin]
     cv: CondVar,
+    #[pin]
     bound: ConnSlot,
     res: SetOnce<Pin<KBox<Revocable<Res>>>>,
     dst: SocketAddrV4,
@@ -559,17 +591,128 @@ struct Res {
     /// Free Data-Out headers not reserved by a command being sent: a WRITE
     /// reserves all it needs before anything of it is posted.
     dataout_avail: AtomicU32,
-    /// Tasks whose PDU expects no response, by the send tag their PDU went
-    /// on; released when that SEND completes.
+    /// What the target can still reach of each command, and the references
+    /// that hold the commands until it cannot.
     #[pin]
-    puts: SpinLockIrq<KVec<Option<TaskRef>>>,
+    track: SpinLockIrq<Track>,
     ff_rx: SetOnce<KVec<Arc<DmaBuf>>>,
+    /// The full-feature receives were posted (once: a second full-feature
+    /// Login Response is refused).
+    ff_posted: AtomicBool,
     /// The target may invalidate our rkeys with SEND_WITH_INV.
     remote_inv: bool,
     /// Command SENDs whose PDU went inline: one in `signal_interval` is
     /// signaled (`proto::sizing::signal_interval`).
     inline_sends: AtomicU32,
     signal_interval: u32,
+}
+
+/// Where a command's memory registration stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MrState {
+    /// The target was given the rkey and may use it.
+    Registered,
+    /// A LOCAL_INV of it is posted; its completion ends the target's access.
+    Invalidating,
+}
+
+/// What one task slot's command still owes before it may complete: libiscsi
+/// frees a task, and the midlayer gets its command back, only when every
+/// reference on it is dropped, and riser holds one for each event that may
+/// still touch the command's memory.
+struct Inflight {
+    /// The command's ITT as sent (meaningful while it holds references).
+    itt: u32,
+    /// Its LUN, as in the BHS.
+    lun: [u8; 8],
+    /// The registration the target was given, and the reference that holds
+    /// the command until it is invalidated.
+    mr: Option<(MrState, TaskRef)>,
+    /// Signaled SENDs naming the command's data (immediate data,
+    /// Data-Outs) not completed yet; each holds a reference in `puts`.
+    sends: u32,
+}
+
+/// A TMF Response held back until the commands its TMF ended can no longer
+/// be reached by the target: libiscsi hands them back to the midlayer as
+/// soon as it sees the response.
+struct HeldRsp {
+    bhs: [u8; 48],
+    scope: Scope,
+}
+
+/// A connection's command bookkeeping, under one lock (taken in the send
+/// path and the completion handlers). Task references are never dropped
+/// under it: dropping one may free the task, which takes libiscsi's locks.
+struct Track {
+    /// By task slot.
+    inflight: KVec<Inflight>,
+    /// By send tag: the reference a signaled SEND holds on its task until it
+    /// completes, and whether it counts in the task's `sends`.
+    puts: KVec<Option<(TaskRef, bool)>>,
+    /// The TMF request sent last, until its response arrives.
+    tmf: Option<TmfRequest>,
+    held: Option<HeldRsp>,
+    /// The ITT of the Logout Request sent, if any: only its response ends
+    /// the session.
+    logout_itt: Option<u32>,
+}
+
+impl Track {
+    fn new(cmds: u32, send_tags: u32) -> Result<Self> {
+        let mut inflight = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
+        for _ in 0..cmds {
+            inflight.push(
+                Inflight {
+                    itt: 0,
+                    lun: [0; 8],
+                    mr: None,
+                    sends: 0,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        let mut puts = KVec::with_capacity(send_tags as usize, GFP_KERNEL)?;
+        for _ in 0..send_tags {
+            puts.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            inflight,
+            puts,
+            tmf: None,
+            held: None,
+            logout_itt: None,
+        })
+    }
+
+    /// Whether a command in `scope` is still reachable by the target through
+    /// an invalidation or a send that has not completed.
+    fn busy(&self, scope: Scope) -> bool {
+        self.inflight.iter().any(|f| {
+            let pending = f.sends > 0 || matches!(f.mr, Some((MrState::Invalidating, _)));
+            pending && scope.covers(f.itt, &f.lun)
+        })
+    }
+
+    /// Takes back the reference of send tag `tag`, once its SEND completed.
+    fn send_completed(&mut self, tag: u32) -> Option<TaskRef> {
+        let (r, counted) = self.puts.get_mut(tag as usize)?.take()?;
+        if counted {
+            if let Some(f) = self.inflight.get_mut(r.index() as usize) {
+                f.sends = f.sends.saturating_sub(1);
+            }
+        }
+        Some(r)
+    }
+
+    /// The held TMF Response, if the commands it waits for are done.
+    fn release_held(&mut self) -> Option<[u8; 48]> {
+        let scope = self.held.as_ref()?.scope;
+        if self.busy(scope) {
+            return None;
+        }
+        self.held.take().map(|h| h.bhs)
+    }
 }
 
 /// The buffers of a connection, made before its QP.
@@ -579,7 +722,7 @@ struct Bufs {
     tx_hdrs: KVec<Arc<DmaBuf>>,
     dataout: KVec<Arc<DmaBuf>>,
     dataout_free: KVec<u32>,
-    puts: KVec<Option<TaskRef>>,
+    track: Track,
 }
 
 impl Bufs {
@@ -595,11 +738,7 @@ impl Bufs {
         for i in (0..n_dataout).rev() {
             dataout_free.push(i, GFP_KERNEL)?;
         }
-        // One per send tag of a control PDU (control buffers, task slots).
-        let mut puts = KVec::with_capacity((CTRL_TX + cmds) as usize, GFP_KERNEL)?;
-        for _ in 0..CTRL_TX + cmds {
-            puts.push(None, GFP_KERNEL)?;
-        }
+        let track = Track::new(cmds, CTRL_TX + cmds + n_dataout)?;
         let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
         for _ in 0..CTRL_TX {
             ctrl_tx.push(
@@ -613,7 +752,7 @@ impl Bufs {
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
             dataout_free,
-            puts,
+            track,
         })
     }
 }
@@ -636,8 +775,9 @@ impl Res {
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
             dataout_free <- new_spinlock_irq!(b.dataout_free),
-            puts <- new_spinlock_irq!(b.puts),
+            track <- new_spinlock_irq!(b.track),
             ff_rx: SetOnce::default(),
+            ff_posted: AtomicBool::new(false),
             remote_inv,
             inline_sends: AtomicU32::new(0),
             signal_interval: sizing::signal_interval(sizing.max_cmds),
@@ -658,9 +798,20 @@ impl Res {
         CTRL_TX + idx
     }
 
-    fn dataout_tag(&self, i: u32) -> u32 {
+    /// Commands (task slots) of the connection.
+    fn cmds(&self) -> u32 {
         // CAST: the vectors were sized from u32 counts.
-        CTRL_TX + self.tx_hdrs.len() as u32 + i
+        self.tx_hdrs.len() as u32
+    }
+
+    fn dataout_tag(&self, i: u32) -> u32 {
+        CTRL_TX + self.cmds() + i
+    }
+
+    /// The tag of MR `idx`'s signaled LOCAL_INV.
+    fn inv_tag(&self, idx: u32) -> u32 {
+        // CAST: as in `cmds`.
+        CTRL_TX + self.cmds() + self.dataout.len() as u32 + idx
     }
 
     fn headers(iser: IserHeader, bhs: &[u8; 48]) -> Result<[u8; HEADERS_LEN]> {
@@ -690,17 +841,12 @@ impl Res {
     /// else a free control buffer. A tag is free when its last SEND has
     /// completed and no task waits on it (`puts`), so nothing is written
     /// into a buffer the device may still read.
-    fn control_buffer(
-        &self,
-        puts: &[Option<TaskRef>],
-        idx: u32,
-        data_len: usize,
-    ) -> Result<(u32, &Arc<DmaBuf>)> {
+    fn control_buffer(&self, t: &Track, idx: u32, data_len: usize) -> Result<(u32, &Arc<DmaBuf>)> {
         if data_len > LOGIN_DATA {
             return Err(EINVAL);
         }
         let free = |tag: u32| {
-            self.conn.send_tag_idle(tag) && puts.get(tag as usize).is_some_and(Option::is_none)
+            self.conn.send_tag_idle(tag) && t.puts.get(tag as usize).is_some_and(Option::is_none)
         };
         let own = Self::task_tag(idx);
         if data_len == 0 && free(own) {
@@ -715,10 +861,18 @@ impl Res {
     fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &[u8; 48]) -> Result {
         let data = task.mgmt_data();
         let hdrs = Self::headers(IserHeader::default(), bhs)?;
+        // A PDU that expects no response is released by the layer once
+        // sent; this reference keeps its slot (and header buffer) until the
+        // device has read it.
+        let keep = if task.reserved_itt() {
+            Some(task.get_ref().ok_or(EINVAL)?)
+        } else {
+            None
+        };
         // Held until posted: a send completion releases a tag's task
         // under this lock.
-        let mut puts = self.puts.lock();
-        let (tag, buf) = self.control_buffer(&puts, task.index(), data.len())?;
+        let mut t = self.track.lock();
+        let (tag, buf) = self.control_buffer(&t, task.index(), data.len())?;
         buf.write(0, &hdrs)?;
         buf.write(HEADERS_LEN, data)?;
         if login::opcode(bhs) == login::OP_LOGIN_REQ {
@@ -735,11 +889,15 @@ impl Res {
             sges: &[sge],
             keep: Some(buf),
         }])?;
-        if task.reserved_itt() {
-            // No response will release this task: the completion of the
-            // SEND on this tag will.
-            let slot = puts.get_mut(tag as usize).ok_or(EINVAL)?;
-            *slot = Some(task.take_ref());
+        if let Some(r) = keep {
+            let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
+            *slot = Some((r, false));
+        }
+        // What the responses to these end is decided when they arrive.
+        if let Some(req) = tmf::tmf_request(bhs) {
+            t.tmf = Some(req);
+        } else if tmf::is_logout_request(bhs) {
+            t.logout_itt = Some(tmf::itt(bhs));
         }
         Ok(())
     }
@@ -748,6 +906,12 @@ impl Res {
     /// data), unsolicited Data-Outs. Says whether the data went
     /// unregistered, and why the connection must fail if a Data-Out could
     /// not follow its posted command.
+    ///
+    /// Before anything is posted, the command gets a reference for the
+    /// registration the target is given (dropped once it is invalidated)
+    /// and one for each SEND naming its data (dropped at its completion),
+    /// so libiscsi completes it only when the target can no longer reach
+    /// its memory.
     fn send_command(&self, task: &Task<'_, Iser>) -> Result<(bool, Option<&'static str>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
@@ -776,9 +940,7 @@ impl Res {
                 // A write whose data all goes as immediate data is sent by
                 // this side alone: the target gets no STag, so one segment
                 // needs no registration, only the local DMA lkey (as
-                // ib_iser does). That saves the REG_MR, and the LOCAL_INV the
-                // MR would need next time, as no target invalidates an rkey
-                // it was never given.
+                // ib_iser does).
                 let all_imm = dir == Direction::Write && task.imm_count() >= len;
                 let local = all_imm.then(|| sg.local_only(&self.dev.pd)).flatten();
                 // The global rkey is looked at only when the target must
@@ -790,9 +952,10 @@ impl Res {
                     unregistered = true;
                     r
                 } else {
-                    // Chain the invalidation of the MR's previous
-                    // registration when the target did not invalidate it
-                    // (bug 4: the state is the MR's, not the task's).
+                    // A registration the target was given is invalidated
+                    // before its task is freed; one for local sends only
+                    // (no remote access) is invalidated here, chained
+                    // before the next registration.
                     inv = self.conn.mr_valid(idx);
                     uses_mr = true;
                     self.conn.map_mr(idx, sg)?
@@ -819,6 +982,18 @@ impl Res {
                 reg = Some(r);
             }
         }
+        // What the registration lets the target do: a write whose data all
+        // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
+        // MR no remote access. Otherwise the target holds an rkey it can use
+        // until it is invalidated.
+        let access = if iser.read.is_some() {
+            Access::RemoteWrite
+        } else if iser.write.is_some() {
+            Access::RemoteRead
+        } else {
+            Access::Local
+        };
+        let remote_key = uses_mr && access != Access::Local;
         let hdrs = Self::headers(iser, &task.bhs())?;
         let imm = task.imm_count();
         // A PDU without immediate data goes inline when the QP takes it: the
@@ -826,8 +1001,14 @@ impl Res {
         // to protect a buffer (bug 10 is about buffers the device still
         // reads), and only one in `signal_interval` is signaled, for the
         // send queue's sake. Immediate data is sent from the SCSI buffer.
-        let inline =
-            !(dir == Direction::Write && imm > 0) && self.conn.max_inline() as usize >= HEADERS_LEN;
+        let with_imm = dir == Direction::Write && imm > 0;
+        let inline = !with_imm && self.conn.max_inline() as usize >= HEADERS_LEN;
+        let tag = Self::task_tag(idx);
+        if !inline && !self.conn.send_tag_idle(tag) {
+            // The slot's last SEND is still being read by the device: its
+            // header buffer cannot be written yet (libiscsi requeues).
+            return Err(EAGAIN);
+        }
         let one;
         let two;
         let sges: &[Sge] = if inline {
@@ -836,7 +1017,7 @@ impl Res {
             hdr_buf.write(0, &hdrs)?;
             let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
             match reg {
-                Some(r) if dir == Direction::Write && imm > 0 => {
+                Some(r) if with_imm => {
                     two = [head, r.sge(0, imm)?];
                     &two
                 }
@@ -863,34 +1044,38 @@ impl Res {
         {
             return Err(EAGAIN);
         }
+        // The references, before anything is posted: once it is, a response
+        // on another CPU may complete the command.
+        let refs = self.hold_command(task, remote_key, with_imm);
+        if let Err(e) = refs {
+            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            return Err(e);
+        }
         let send = if inline {
             let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
             SendOp::InlineSend {
-                tag: (n % self.signal_interval == 0).then_some(Self::task_tag(idx)),
+                tag: (n % self.signal_interval == 0).then_some(tag),
                 bytes: &hdrs,
             }
         } else {
             SendOp::Send {
-                tag: Self::task_tag(idx),
+                tag,
                 sges,
                 keep: Some(hdr_buf),
             }
         };
-        let reg_op = |remote_write| SendOp::Reg {
-            mr: idx,
-            remote_write,
-        };
-        let remote_write = dir == Direction::Read;
+        let reg_op = SendOp::Reg { mr: idx, access };
         let posted = match (inv, uses_mr) {
             (true, true) => {
                 self.conn
-                    .post_send(&[SendOp::LocalInv { mr: idx }, reg_op(remote_write), send])
+                    .post_send(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send])
             }
-            (false, true) => self.conn.post_send(&[reg_op(remote_write), send]),
+            (false, true) => self.conn.post_send(&[reg_op, send]),
             _ => self.conn.post_send(&[send]),
         };
         if let Err(e) = posted {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            self.unhold_command(idx, remote_key, with_imm);
             return Err(e);
         }
         let broken = match (reg, dataouts > 0) {
@@ -898,6 +1083,78 @@ impl Res {
             _ => None,
         };
         Ok((unregistered, broken))
+    }
+
+    /// Records a command about to be posted on its slot, with a reference
+    /// for the rkey the target gets (`remote_key`) and one for a command
+    /// SEND that names its data (`with_imm`).
+    fn hold_command(&self, task: &Task<'_, Iser>, remote_key: bool, with_imm: bool) -> Result {
+        let idx = task.index();
+        let bhs = task.bhs();
+        let mr_ref = if remote_key {
+            Some(task.get_ref().ok_or(EINVAL)?)
+        } else {
+            None
+        };
+        let send_ref = if with_imm {
+            Some(task.get_ref().ok_or(EINVAL)?)
+        } else {
+            None
+        };
+        let tag = Self::task_tag(idx);
+        let mut t = self.track.lock();
+        let busy = t
+            .inflight
+            .get(idx as usize)
+            .is_none_or(|f| f.mr.is_some() || f.sends > 0)
+            || (with_imm && t.puts.get(tag as usize).is_none_or(Option::is_some));
+        if busy {
+            // A slot's references are all gone before libiscsi reuses it.
+            drop(t);
+            drop((mr_ref, send_ref));
+            pr_err!(
+                "task slot {} reused while the target may reach its last command\n",
+                idx
+            );
+            return Err(EINVAL);
+        }
+        let counted = send_ref.is_some();
+        if let (Some(r), Some(p)) = (send_ref, t.puts.get_mut(tag as usize)) {
+            *p = Some((r, true));
+        }
+        if let Some(f) = t.inflight.get_mut(idx as usize) {
+            f.itt = tmf::itt(&bhs);
+            f.lun = tmf::lun(&bhs);
+            f.mr = mr_ref.map(|r| (MrState::Registered, r));
+            f.sends = u32::from(counted);
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Res::hold_command`] for a command that was not posted.
+    fn unhold_command(&self, idx: u32, remote_key: bool, with_imm: bool) {
+        let (mr, send) = {
+            let mut t = self.track.lock();
+            let send = if with_imm {
+                t.puts
+                    .get_mut(Self::task_tag(idx) as usize)
+                    .and_then(Option::take)
+            } else {
+                None
+            };
+            let mr = t.inflight.get_mut(idx as usize).and_then(|f| {
+                f.sends = 0;
+                if remote_key {
+                    f.mr.take()
+                } else {
+                    None
+                }
+            });
+            (mr, send)
+        };
+        // Outside the lock: libiscsi's own reference is still held, so these
+        // do not free the task.
+        drop((mr, send));
     }
 
     /// How many unsolicited Data-Out PDUs a WRITE needs.
@@ -917,12 +1174,15 @@ impl Res {
     /// posted, with the `reserved` headers its sender set aside. Nothing can
     /// be taken back now: a failure fails the connection (libiscsi recovers
     /// the command) instead of returning an error that would requeue it.
+    /// Each Data-Out holds a reference on the task until its SEND completed,
+    /// so the data stays mapped while the device reads it.
     fn send_dataouts(
         &self,
         task: &Task<'_, Iser>,
         r: &Registration,
         reserved: u32,
     ) -> Option<&'static str> {
+        let idx = task.index() as usize;
         let mut left = reserved;
         let failed = loop {
             let Some(d) = task.next_data_out() else {
@@ -936,7 +1196,22 @@ impl Res {
                 task.data_out_failed();
                 break Some("no Data-Out header free");
             };
+            let Some(tref) = task.get_ref() else {
+                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
+                task.data_out_failed();
+                break Some("task gone while sending its Data-Outs");
+            };
             left -= 1;
+            let tag = self.dataout_tag(slot);
+            {
+                let mut t = self.track.lock();
+                if let Some(p) = t.puts.get_mut(tag as usize) {
+                    *p = Some((tref, true));
+                }
+                if let Some(f) = t.inflight.get_mut(idx) {
+                    f.sends += 1;
+                }
+            }
             let buf = &self.dataout[slot as usize];
             let sent = Self::headers(IserHeader::default(), &d.bhs)
                 .and_then(|hdrs| buf.write(0, &hdrs))
@@ -946,12 +1221,14 @@ impl Res {
                         r.sge(d.offset, d.len)?,
                     ];
                     self.conn.post_send(&[SendOp::Send {
-                        tag: self.dataout_tag(slot),
+                        tag,
                         sges: &sges,
                         keep: Some(buf),
                     }])
                 });
             if sent.is_err() {
+                let back = self.track.lock().send_completed(tag);
+                drop(back);
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
                 left += 1;
                 task.data_out_failed();
@@ -962,6 +1239,95 @@ impl Res {
         // Give back what was reserved and not used.
         self.dataout_avail.fetch_add(left, Ordering::AcqRel);
         failed
+    }
+
+    /// A SCSI Response for the command on slot `idx` with wire ITT `itt`
+    /// arrived; `invalidated` is whether the target invalidated its rkey
+    /// with it (already checked to be that command's). Ends the target's
+    /// access to the command's memory: at once if the target invalidated
+    /// it, else by a LOCAL_INV whose completion drops the reference.
+    /// Returns the reference to drop once the response is handed on.
+    fn response_arrived(
+        &self,
+        idx: u32,
+        itt: u32,
+        invalidated: bool,
+    ) -> core::result::Result<Option<TaskRef>, &'static str> {
+        let mut t = self.track.lock();
+        let Some(f) = t.inflight.get_mut(idx as usize) else {
+            return Ok(None);
+        };
+        if f.itt != itt || !matches!(f.mr, Some((MrState::Registered, _))) {
+            // A stale ITT (libiscsi refuses it), or nothing to invalidate.
+            return Ok(None);
+        }
+        if invalidated {
+            return Ok(f.mr.take().map(|(_, r)| r));
+        }
+        if let Some(m) = f.mr.as_mut() {
+            m.0 = MrState::Invalidating;
+        }
+        drop(t);
+        self.invalidate(idx)?;
+        Ok(None)
+    }
+
+    /// Posts the signaled LOCAL_INV of MR `idx`, already marked
+    /// `Invalidating`.
+    fn invalidate(&self, idx: u32) -> core::result::Result<(), &'static str> {
+        self.conn
+            .post_send(&[SendOp::LocalInv {
+                mr: idx,
+                tag: Some(self.inv_tag(idx)),
+            }])
+            .map_err(|e| {
+                pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);
+                // The reference stays until the QP and MRs are gone.
+                "cannot post a LOCAL_INV"
+            })
+    }
+
+    /// A TMF Response for the request `req` arrived: if the target ended
+    /// commands, their registrations are invalidated, and the response is
+    /// held until none of them is reachable. Returns whether it is held.
+    fn tmf_response(
+        &self,
+        req: TmfRequest,
+        bhs: &[u8; 48],
+    ) -> core::result::Result<bool, &'static str> {
+        let mut todo = KVec::<u32>::new();
+        let held = {
+            let mut t = self.track.lock();
+            if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
+                for (i, f) in t.inflight.iter_mut().enumerate() {
+                    if !req.scope.covers(f.itt, &f.lun) {
+                        continue;
+                    }
+                    if let Some(m) = f.mr.as_mut() {
+                        if m.0 == MrState::Registered {
+                            m.0 = MrState::Invalidating;
+                            // CAST: slot indexes fit a u32.
+                            todo.push(i as u32, GFP_ATOMIC)
+                                .map_err(|_| "no memory for a TMF's invalidations")?;
+                        }
+                    }
+                }
+            }
+            // Whatever the response says, a command the target can still
+            // reach through a pending invalidation or send keeps it back.
+            let busy = t.busy(req.scope);
+            if busy {
+                t.held = Some(HeldRsp {
+                    bhs: *bhs,
+                    scope: req.scope,
+                });
+            }
+            busy
+        };
+        for i in todo {
+            self.invalidate(i)?;
+        }
+        Ok(held)
     }
 }
 
@@ -976,7 +1342,7 @@ impl IserConn {
                     released: false,
                 }),
                 cv <- new_condvar!(),
-                bound: ConnSlot::new(),
+                bound <- ConnSlot::new(),
                 res: SetOnce::default(),
                 dst,
                 params,
@@ -1167,7 +1533,9 @@ impl IserConn {
             max_send_wr: sizing.max_send_wr,
             max_recv_wr: sizing.max_recv_wr,
             recv_tags: sizing.max_recv_wr,
-            send_tags: CTRL_TX + sizing.max_cmds + n_dataout,
+            // Control buffers, task slots, Data-Out headers, and one
+            // signaled LOCAL_INV per MR.
+            send_tags: CTRL_TX + sizing.max_cmds + n_dataout + sizing.max_cmds,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
             // CAST: a small constant.
@@ -1245,23 +1613,42 @@ impl IserConn {
             pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
             return Err("Data-In or R2T over iSER");
         }
+        // libiscsi builds ITTs in host byte order (get_itt()).
+        let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
+        let foreign = |rkey: u32| {
+            pr_err!(
+                "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+                rkey,
+                pdu.opcode,
+                pdu.itt
+            );
+            "foreign remote invalidation"
+        };
         if let Some(rkey) = wc.invalidated {
             // Only the rkey of the task this response answers (bug 3).
-            // libiscsi builds ITTs in host byte order (get_itt()).
-            let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
             let ok = pdu.opcode == TargetOpcode::ScsiResponse
                 && res.remote_inv
                 && res.conn.mr_valid(idx)
                 && res.conn.mr_rkey(idx) == Some(rkey);
             if !ok {
-                pr_err!(
-                    "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
-                    rkey,
-                    pdu.opcode,
-                    pdu.itt
-                );
-                return Err("foreign remote invalidation");
+                return Err(foreign(rkey));
             }
+        }
+        // The reference that held the command while the target could reach
+        // its memory: dropped once libiscsi has the response.
+        let mut done_ref = None;
+        if pdu.opcode == TargetOpcode::ScsiResponse {
+            match res.response_arrived(idx, pdu.itt, wc.invalidated.is_some()) {
+                Ok(r) => done_ref = r,
+                Err(why) => {
+                    if let Some(rkey) = wc.invalidated {
+                        return Err(foreign(rkey));
+                    }
+                    return Err(why);
+                }
+            }
+        }
+        if wc.invalidated.is_some() {
             res.conn.mr_invalidated(idx);
         }
         if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
@@ -1271,20 +1658,52 @@ impl IserConn {
             );
             return Err("async message flood");
         }
+        let mut bhs = [0u8; 48];
+        bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
+        let data = &bytes[pdu.data.clone()];
         match pdu.opcode {
             TargetOpcode::TextResponse => {
                 self.text_rsps.fetch_add(1, Ordering::Relaxed);
             }
-            TargetOpcode::LogoutResponse => self.logged_out.store(true, Ordering::Release),
+            TargetOpcode::LogoutResponse => {
+                // libiscsi takes a Logout Response for any management ITT:
+                // only the answer to riser's own Logout Request ends the
+                // session (then the target's disconnect is no failure).
+                let ours = res
+                    .track
+                    .lock()
+                    .logout_itt
+                    .take_if(|i| *i == pdu.itt)
+                    .is_some();
+                if !ours {
+                    pr_err!(
+                        "target sent a Logout Response for ITT {:#x}, which answers no Logout Request\n",
+                        pdu.itt
+                    );
+                    return Err("Logout Response without a logout");
+                }
+                self.logged_out.store(true, Ordering::Release);
+            }
+            TargetOpcode::TmfResponse => {
+                let req = res.track.lock().tmf.take_if(|r| r.itt == pdu.itt);
+                // Held back until the commands it ended are out of the
+                // target's reach; the last invalidation hands it on.
+                if let Some(req) = req {
+                    if res.tmf_response(req, &bhs)? {
+                        return Ok(());
+                    }
+                }
+            }
             _ => {}
         }
-        let mut bhs = [0u8; 48];
-        bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
-        let data = &bytes[pdu.data.clone()];
         if pdu.opcode == TargetOpcode::LoginResponse
             && login::login_ok(&bhs)
             && login::enters_full_feature(&bhs)
         {
+            if res.ff_posted.swap(true, Ordering::AcqRel) {
+                pr_err!("target sent a second full-feature Login Response\n");
+                return Err("second full-feature Login Response");
+            }
             // Post the full-feature receives before libiscsi sees the last
             // login response, so the target's first PDU finds one.
             let Some(bufs) = res.ff_rx.as_ref() else {
@@ -1297,10 +1716,30 @@ impl IserConn {
                 }
             }
         }
-        match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
+        let r = match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
             Some(Err(_)) => Err("libiscsi rejected a PDU"),
             _ => Ok(()),
+        };
+        // libiscsi has completed the command (or refused the response): the
+        // task is freed once this last reference goes.
+        drop(done_ref);
+        r
+    }
+
+    /// Hands a held TMF Response to libiscsi (completion context).
+    fn deliver_held(&self, bhs: [u8; 48]) {
+        if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(&bhs, &[])) {
+            self.fail("libiscsi rejected a PDU");
         }
+    }
+
+    /// The connection failed, seen from a path that may hold libiscsi's
+    /// session locks: logged now, reported from a workqueue.
+    fn fail_later(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
+        }
+        self.bound.fail_later();
     }
 }
 
@@ -1433,26 +1872,53 @@ impl QpHandler for IserConn {
             return;
         }
         let Some(res) = self.res() else {
+            // Being torn down: what the tags held goes with the resources,
+            // after the QP and MRs are destroyed.
             return;
         };
-        // CAST: the vector was sized from a u32 count.
-        let cmds = res.tx_hdrs.len() as u32;
-        if tag >= CTRL_TX + cmds {
+        let cmds = res.cmds();
+        let inv_base = res.inv_tag(0);
+        let (done, held) = {
+            let mut t = res.track.lock();
+            let done = if tag >= inv_base {
+                let idx = (tag - inv_base) as usize;
+                match t.inflight.get_mut(idx) {
+                    // A flushed or failed LOCAL_INV leaves the rkey valid:
+                    // the reference stays until the MR is destroyed.
+                    Some(f) if wc.ok() => f.mr.take().map(|(_, r)| r),
+                    _ => None,
+                }
+            } else {
+                t.send_completed(tag)
+            };
+            (done, t.release_held())
+        };
+        if (CTRL_TX + cmds..inv_base).contains(&tag) {
             // The list has room for every slot: it was made with all of them.
             let _ = res
                 .dataout_free
                 .lock()
                 .push(tag - CTRL_TX - cmds, GFP_ATOMIC);
             res.dataout_avail.fetch_add(1, Ordering::AcqRel);
-        } else {
-            let put = res.puts.lock().get_mut(tag as usize).and_then(Option::take);
-            drop(put);
+        }
+        // Outside the lock: the last reference frees the task.
+        drop(done);
+        if let Some(bhs) = held {
+            self.deliver_held(bhs);
         }
     }
 }
 
 impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        if let Ok(p) = crate::params::current() {
+            if !p.always_register {
+                pr_warn!(
+                    "always_register=0: targets are given the global rkey, which reaches all \
+                     of memory (as ib_iser does); riser cannot take it back from a target\n"
+                );
+            }
+        }
         try_pin_init!(Self {
             params: crate::params::current()?,
             client <- Client::new(),

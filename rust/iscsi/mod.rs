@@ -198,7 +198,9 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// The connection stops: called before libiscsi fails its tasks; after
-    /// it returns no completion may reach libiscsi.
+    /// it returns no completion may reach libiscsi, and the driver must hold
+    /// no [`TaskRef`] any more (the layer leaks a connection torn down
+    /// under one).
     fn stop(_ep: &Arc<Self::Ep>) {}
 
     /// iscsid sends a PDU it built (login, text, logout, NOP): `hdr` is its
@@ -234,8 +236,9 @@ pub(crate) trait TransportOps: 'static + Sized {
         Err(EOPNOTSUPP)
     }
 
-    /// libiscsi is done with `task` (atomic context); the layer unmaps its
-    /// data right after.
+    /// libiscsi frees `task` (atomic context, under the session's
+    /// `back_lock`): every reference is gone; the layer unmaps its data
+    /// right after and libiscsi then completes its SCSI command.
     fn cleanup_task(_ep: Option<&Self::Ep>, _task: &Task<'_, Self>) {}
 }
 
@@ -248,12 +251,11 @@ mod tests {
     /// it beside riser's own `iser`.
     struct TestTransport;
     static REGISTRY: Registry = Registry::new();
-    static SLOT: ConnSlot = ConnSlot::new();
 
     impl TransportOps for TestTransport {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
-        type Ep = ();
+        type Ep = Pin<KBox<ConnSlot>>;
         type TaskData = ();
 
         fn registry() -> &'static Registry {
@@ -266,8 +268,8 @@ mod tests {
             attr == Attr::Host(host_param::INITIATOR_NAME)
         }
 
-        fn conn_slot((): &()) -> &ConnSlot {
-            &SLOT
+        fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
+            ep
         }
     }
 

@@ -10,9 +10,9 @@ use crate::{
 use core::{
     marker::PhantomData,
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::rcu, types::Opaque};
 
 /// The ITT of PDUs that expect no response (libiscsi's RESERVED_ITT).
 const RESERVED_ITT: u32 = 0xffff_ffff;
@@ -22,16 +22,21 @@ pub(crate) const BHS_LEN: usize = 48;
 
 /// What riser keeps in each libiscsi task's `dd_data`: the header libiscsi
 /// builds PDUs in, the data mapping (owned by the layer, so it is always
-/// undone in cleanup) and the driver's data.
+/// undone in cleanup), the count of [`TaskRef`]s alive on the task and the
+/// driver's data.
 ///
 /// # Invariants
 ///
 /// Written once per task slot when the session is made and dropped in place
-/// when it is destroyed; `hdr` is where the task's `hdr` points.
+/// when it is destroyed; `hdr` is where the task's `hdr` points. `refs`
+/// counts the live [`TaskRef`]s of the task; the layer tears a connection
+/// or session down only while every slot's count is zero (else it leaks
+/// them, see `transport.rs`), so a `TaskRef` never outlives its task.
 #[repr(C)]
 pub(super) struct TaskSlot<T: TransportOps> {
     pub(super) hdr: bindings::iscsi_hdr,
     pub(super) sg: Option<DmaSg>,
+    pub(super) refs: AtomicU32,
     pub(super) data: T::TaskData,
 }
 
@@ -52,9 +57,16 @@ pub(crate) enum Direction {
 ///
 /// # Invariants
 ///
-/// `ptr` is a live task of a session of transport `T`, whose `dd_data` holds
-/// an initialised `TaskSlot<T>`; libiscsi serialises the callbacks of one
-/// task (init, xmit under `frwd_lock`, cleanup under `back_lock`).
+/// `ptr` is a task of a session of transport `T`, whose `dd_data` holds an
+/// initialised `TaskSlot<T>`, and it holds a reference (`refcount`) for
+/// `'a`: libiscsi's own during `init_task`, the layer's during `xmit_task`
+/// (taken in `xmit_task_callback`, because a response on another CPU may
+/// complete the task while it is being sent), none needed during
+/// `cleanup_task`, which libiscsi calls once the last reference is gone and
+/// before the task goes back to the pool. So the task, its `sc` and `sc`'s
+/// scatterlist are valid for `'a`. `sg` is written only by `xmit_task`
+/// (`map_data`) and `cleanup_task` (`unmap_data`), which never overlap: the
+/// reference held during `xmit_task` keeps `cleanup_task` away.
 pub(crate) struct Task<'a, T: TransportOps> {
     ptr: NonNull<bindings::iscsi_task>,
     _p: PhantomData<(&'a (), T)>,
@@ -180,13 +192,14 @@ impl<'a, T: TransportOps> Task<'a, T> {
             _ => return Err(EINVAL),
         };
         let sc = self.raw().sc;
-        // Only this task's serialised callbacks touch the slot (type
-        // invariant), so no other reference to `sg` exists now.
+        // Only `xmit_task` and `cleanup_task` touch `sg`, and never at once
+        // (type invariant), so no other reference to `sg` exists now.
         // SAFETY: `dd_data` holds this task's initialised slot.
         let slot = unsafe { &mut *self.raw().dd_data.cast::<TaskSlot<T>>() };
         drop(slot.sg.take());
         // SAFETY: The command's scatterlist stays valid until the task is
-        // cleaned up, which drops the mapping first (`unmap_data`).
+        // freed, whose `cleanup_task` drops the mapping first (`unmap_data`):
+        // no completion can come before that, as a reference is held.
         let sg = unsafe {
             DmaSg::map(
                 dev,
@@ -242,27 +255,62 @@ impl<'a, T: TransportOps> Task<'a, T> {
         unsafe { (*self.ptr.as_ptr()).unsol_r2t.datasn -= 1 };
     }
 
-    /// Takes over the task's reference for a PDU that expects no response;
-    /// dropping the returned value releases the task.
-    pub(crate) fn take_ref(&self) -> TaskRef {
-        TaskRef(self.ptr)
+    /// Takes a reference on the task: libiscsi frees it (`cleanup_task`,
+    /// then the SCSI command goes back to the midlayer) only once every
+    /// reference is dropped. `None` if the task is already being freed.
+    pub(crate) fn get_ref(&self) -> Option<TaskRef> {
+        let refs = &self.slot().refs;
+        // Counted first: the layer's teardown looks at the count.
+        refs.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: The task is live (type invariant).
+        if !unsafe { bindings::iscsi_get_task(self.ptr.as_ptr()) } {
+            refs.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        // INVARIANT: one reference taken and counted just above.
+        Some(TaskRef {
+            task: self.ptr,
+            refs: NonNull::from(refs),
+            index: self.index(),
+        })
     }
 }
 
-/// One reference on a libiscsi task, released when dropped.
+/// One reference on a libiscsi task, released when dropped (which may free
+/// the task and complete its SCSI command, so it must not be dropped under
+/// the session's `back_lock`).
 ///
 /// # Invariants
 ///
-/// Owns one reference of the task's refcount.
-pub(crate) struct TaskRef(NonNull<bindings::iscsi_task>);
+/// Owns one reference of the task's refcount, counted in `refs`, the
+/// `refs` field of the task's [`TaskSlot`]; the layer keeps the task's
+/// connection and session (and so the slot) alive while the count is not
+/// zero.
+pub(crate) struct TaskRef {
+    task: NonNull<bindings::iscsi_task>,
+    refs: NonNull<AtomicU32>,
+    index: u32,
+}
 
-// SAFETY: `iscsi_put_task` may be called from any context.
+// SAFETY: `iscsi_put_task` may be called from any context but under the
+// session's back_lock; the count is atomic.
 unsafe impl Send for TaskRef {}
+
+impl TaskRef {
+    /// The task's slot index (as [`Task::index`]).
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+}
 
 impl Drop for TaskRef {
     fn drop(&mut self) {
-        // SAFETY: This value owns one reference (type invariant).
-        unsafe { bindings::iscsi_put_task(self.0.as_ptr()) };
+        // SAFETY: This value owns one reference (type invariant); the
+        // task's connection and session are alive while it is counted.
+        unsafe { bindings::iscsi_put_task(self.task.as_ptr()) };
+        // SAFETY: The slot outlives every counted reference (type
+        // invariant); the count is dropped last, after the put.
+        unsafe { self.refs.as_ref() }.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -327,28 +375,104 @@ impl Conn {
     }
 }
 
-/// Where an endpoint finds the iSCSI connection bound to it: set by the
-/// layer at bind, cleared at stop after the driver's `stop` returned (so no
-/// completion reads it afterwards).
-pub(crate) struct ConnSlot(AtomicPtr<bindings::iscsi_conn>);
+/// Where an endpoint finds the iSCSI connection bound to it, from any
+/// context, at any time: set by the layer at bind, cleared at unbind.
+///
+/// # Invariants
+///
+/// `conn` is null or a live, bound `iscsi_conn`: the layer clears it, then
+/// waits for an RCU grace period and cancels `work` (in [`ConnSlot::clear`])
+/// before the connection can be torn down; readers load it inside an RCU
+/// read section. `work` is initialised in [`ConnSlot::new`] and queued only
+/// inside such a section while `conn` is set, so it never runs after
+/// `clear` returned; the slot is not dropped while set (the layer holds the
+/// endpoint while it is bound).
+#[pin_data]
+pub(crate) struct ConnSlot {
+    conn: AtomicPtr<bindings::iscsi_conn>,
+    #[pin]
+    work: Opaque<bindings::work_struct>,
+}
+
+// SAFETY: The pointer is atomic; the work item is only handed to the
+// workqueue API, which synchronises it.
+unsafe impl Send for ConnSlot {}
+// SAFETY: As above.
+unsafe impl Sync for ConnSlot {}
 
 impl ConnSlot {
     /// An empty slot.
-    pub(crate) const fn new() -> Self {
-        Self(AtomicPtr::new(null_mut()))
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            conn: AtomicPtr::new(null_mut()),
+            // SAFETY: `w` is valid for writes and pinned; a work item is
+            // initialised in place once.
+            work <- Opaque::ffi_init(|w: *mut bindings::work_struct| unsafe {
+                bindings::init_work_with_key(
+                    w,
+                    Some(Self::fail_work),
+                    false,
+                    c"riser connection failure".as_char_ptr(),
+                    kernel::static_lock_class!().as_ptr(),
+                )
+            }),
+        })
     }
 
     pub(super) fn set(&self, c: *mut bindings::iscsi_conn) {
-        self.0.store(c, Ordering::Release);
+        self.conn.store(c, Ordering::Release);
     }
 
-    /// Runs `f` with the bound connection, if any.
+    /// Clears the slot and returns once no reader can see the old
+    /// connection and the failure work is not queued or running. Process
+    /// context.
+    pub(super) fn clear(&self) {
+        self.conn.store(null_mut(), Ordering::Release);
+        rcu::synchronize_rcu();
+        // SAFETY: `work` was initialised in `new` (type invariant); after
+        // the grace period nothing queues it again.
+        unsafe { bindings::cancel_work_sync(self.work.get()) };
+    }
+
+    /// Runs `f` with the bound connection, if any. `f` runs in an RCU read
+    /// section and must not sleep.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Conn) -> R) -> Option<R> {
-        let p = self.0.load(Ordering::Acquire);
-        // The layer clears the slot in stop_conn after the driver stopped
-        // every path that reads it, before libiscsi tears the connection down.
-        // SAFETY: So a non-null pointer is a live, bound connection.
+        let _rcu = rcu::read_lock();
+        let p = self.conn.load(Ordering::Acquire);
+        // SAFETY: A non-null pointer loaded inside the read section is a
+        // live, bound connection until the section ends (type invariant).
         let c = unsafe { Conn::from_raw(p) }?;
         Some(f(&c))
+    }
+
+    /// Fails the bound connection, if any, from a workqueue: for callers
+    /// that may hold the session's locks, which `iscsi_conn_failure` takes.
+    pub(crate) fn fail_later(&self) {
+        let _rcu = rcu::read_lock();
+        if self.conn.load(Ordering::Acquire).is_null() {
+            return;
+        }
+        // SAFETY: `work` is initialised (type invariant) and the slot is set
+        // inside this read section, so `clear` cancels it before the slot
+        // can go away. Queuing an already queued work item does nothing.
+        unsafe {
+            bindings::queue_work_on(
+                bindings::wq_misc_consts_WORK_CPU_UNBOUND as c_int,
+                bindings::system_wq,
+                self.work.get(),
+            )
+        };
+    }
+
+    /// # Safety
+    ///
+    /// Called by the workqueue with the `work` of a [`ConnSlot`].
+    unsafe extern "C" fn fail_work(w: *mut bindings::work_struct) {
+        // SAFETY: `w` is the `work` field of a slot, which is alive while
+        // its work runs (type invariant); `Opaque` is transparent.
+        let slot = unsafe {
+            &*kernel::container_of!(w.cast::<Opaque<bindings::work_struct>>(), Self, work)
+        };
+        slot.with(|c| c.failure());
     }
 }

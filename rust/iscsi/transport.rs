@@ -11,7 +11,7 @@ use core::{
     marker::PhantomData,
     net::SocketAddrV4,
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
 use kernel::{
     error::to_result,
@@ -327,11 +327,31 @@ fn create_session<T: TransportOps>(
             slot.write(TaskSlot {
                 hdr: Default::default(),
                 sg: None,
+                refs: AtomicU32::new(0),
                 data: T::new_task_data(i),
             });
         }
     }
     Ok(cls)
+}
+
+/// How many [`super::TaskRef`]s are alive on the tasks of `s`.
+///
+/// # Safety
+///
+/// `s` must be a live session made by `create_session::<T>`.
+unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session) -> u32 {
+    let mut n = 0u32;
+    // SAFETY: The session is live; `create_session` initialised a slot in
+    // every task's dd_data.
+    unsafe {
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
+            n = n.saturating_add((*slot).refs.load(Ordering::Acquire));
+        }
+    }
+    n
 }
 
 /// # Safety
@@ -341,6 +361,17 @@ fn create_session<T: TransportOps>(
 unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
     cls: *mut bindings::iscsi_cls_session,
 ) {
+    // SAFETY: The session is live and made by `create_session`.
+    let refs = unsafe { task_refs::<T>(session_of(cls)) };
+    if refs > 0 {
+        // A driver bug: freeing the tasks would leave those references
+        // dangling. Leaking the session is the safe way out.
+        pr_err!(
+            "session destroyed with {} task references held by the transport: leaking it\n",
+            refs
+        );
+        return;
+    }
     // SAFETY: The session is live and was made by `create_session`, which
     // initialised every task slot; libiscsi uses no task any more.
     unsafe {
@@ -392,7 +423,7 @@ unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn) {
     if !p.is_null() {
         // SAFETY: `p` came from `into_foreign` at bind and is released once.
         let ep = unsafe { Arc::<T::Ep>::from_foreign(p) };
-        T::conn_slot(&ep).set(null_mut());
+        T::conn_slot(&ep).clear();
         drop(ep);
     }
 }
@@ -487,11 +518,22 @@ unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
         let ep: Arc<T::Ep> = ep.into();
         T::stop(&ep);
     }
-    // SAFETY: The connection is live and nothing of riser uses it any more.
-    unsafe {
-        unbind_ep::<T>(conn);
-        bindings::iscsi_conn_teardown(cls_conn);
+    // SAFETY: The connection is live; nothing of riser reads the binding
+    // any more.
+    unsafe { unbind_ep::<T>(conn) };
+    // SAFETY: A live connection has a live session, made by `create_session`.
+    let refs = unsafe { task_refs::<T>((*conn).session) };
+    if refs > 0 {
+        // Dropping those references reaches the connection: leak it rather
+        // than free it under them (a driver bug; said loudly).
+        pr_err!(
+            "connection destroyed with {} task references held by the transport: leaking it\n",
+            refs
+        );
+        return;
     }
+    // SAFETY: The connection is live and nothing of riser uses it any more.
+    unsafe { bindings::iscsi_conn_teardown(cls_conn) };
 }
 
 /// # Safety
@@ -727,11 +769,28 @@ unsafe extern "C" fn xmit_task_callback<T: TransportOps>(task: *mut bindings::is
     let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
         return ENODEV.to_errno();
     };
-    // SAFETY: As in `init_task_callback`.
+    // SAFETY: The task is live and libiscsi holds its reference during the
+    // call; `guard` below holds the layer's own, which `Task`'s invariant
+    // needs for the rest of the call.
     let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
         return EINVAL.to_errno();
     };
-    match T::xmit_task(&ep, &t) {
+    // A response on another CPU may complete the task as soon as its PDU
+    // is posted: this reference keeps it (and its SCSI command) until the
+    // driver is done with it.
+    let Some(guard) = t.get_ref() else {
+        return EINVAL.to_errno();
+    };
+    let r = T::xmit_task(&ep, &t);
+    if r.is_ok() && t.reserved_itt() {
+        // libiscsi leaves the release of a PDU that expects no response to
+        // the transport; a driver that still needs the task took its own
+        // reference.
+        // SAFETY: This drops libiscsi's reference, once: no response will.
+        unsafe { bindings::iscsi_put_task(task) };
+    }
+    drop(guard);
+    match r {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }

@@ -10,6 +10,7 @@ pub(crate) mod iser;
 pub(crate) mod login;
 pub(crate) mod pdu;
 pub(crate) mod sizing;
+pub(crate) mod tmf;
 
 /// Why a buffer from the wire was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

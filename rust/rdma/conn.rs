@@ -567,18 +567,22 @@ impl Drop for MrSlot {
 
 /// A work request riser posts on the send queue.
 pub(crate) enum SendOp<'a> {
-    /// Invalidate MR `mr`'s current registration (unsignaled).
+    /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
+    /// when there is one, so that its completion tells when the peer can no
+    /// longer reach the memory; otherwise unsignaled.
     LocalInv {
         /// The connection's MR index.
         mr: u32,
+        /// The signaled send tag, if any.
+        tag: Option<u32>,
     },
     /// Register MR `mr` as last mapped by [`Connection::map_mr`]
-    /// (unsignaled), for local use and remote `access`.
+    /// (unsignaled), for local use and what `access` grants the peer.
     Reg {
         /// The connection's MR index.
         mr: u32,
-        /// The peer may RDMA-WRITE (true) or RDMA-READ (false) the region.
-        remote_write: bool,
+        /// What the peer may do with the region.
+        access: Access,
     },
     /// A signaled SEND of `sges`, completing on tag `tag`, holding `keep`
     /// until then.
@@ -600,6 +604,17 @@ pub(crate) enum SendOp<'a> {
         /// The PDU.
         bytes: &'a [u8],
     },
+}
+
+/// What a registration lets the peer do with the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Nothing: the region serves local work requests only.
+    Local,
+    /// RDMA READ (the peer pulls a write's data).
+    RemoteRead,
+    /// RDMA WRITE (the peer pushes a read's data).
+    RemoteWrite,
 }
 
 /// The page size of fast registrations: 4 KiB, as the SCSI hosts' virtual
@@ -794,8 +809,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
         let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
         let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
-        buf.give_to_device();
+        // The tag first: a buffer still posted (or being read after its
+        // completion, before its repost) is not handed to the device again.
         t.hold(Some(buf))?;
+        buf.give_to_device();
         let mut wr = bindings::ib_recv_wr {
             sg_list: &mut sge,
             num_sge: 1,
@@ -876,7 +893,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // Validate every request before holding any tag.
         for op in ops {
             match op {
-                SendOp::LocalInv { mr } | SendOp::Reg { mr, .. } => {
+                SendOp::LocalInv { mr, tag } => {
+                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                    if let Some(t) = tag {
+                        self.send_tags.get(*t as usize).ok_or(EINVAL)?;
+                    }
+                }
+                SendOp::Reg { mr, .. } => {
                     self.mrs.get(*mr as usize).ok_or(EINVAL)?;
                 }
                 SendOp::Send { tag, sges, .. } => {
@@ -904,7 +927,21 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         for (i, op) in ops.iter().enumerate() {
             let w = &mut regs[i];
             match op {
-                SendOp::LocalInv { mr } => {
+                SendOp::LocalInv { mr, tag } => {
+                    let cqe = match tag {
+                        Some(tag) => {
+                            let t = &self.send_tags[*tag as usize];
+                            if let Err(e) = t.hold(None) {
+                                Self::unwind(&before, &held, 0);
+                                return Err(e);
+                            }
+                            held[i] = Some(t);
+                            // CAST: the flag fits an int.
+                            w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                            (&raw const t.cqe).cast_mut()
+                        }
+                        None => unsig,
+                    };
                     let s = &self.mrs[*mr as usize];
                     let rkey = s.reg_rkey.load(Ordering::Acquire);
                     before[i] = Some((s, s.valid.load(Ordering::Acquire), rkey));
@@ -912,11 +949,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                     // SAFETY: Writing union members.
                     unsafe {
-                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
+                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe;
                         *w.wr.ex.invalidate_rkey.as_mut() = rkey;
                     }
                 }
-                SendOp::Reg { mr, remote_write } => {
+                SendOp::Reg { mr, access } => {
                     let s = &self.mrs[*mr as usize];
                     // SAFETY: The MR is valid (type invariant).
                     let key = unsafe { (*s.ptr.as_ptr()).rkey };
@@ -932,10 +969,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig };
                     w.mr = s.ptr.as_ptr();
                     w.key = key;
-                    let remote = if *remote_write {
-                        bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
-                    } else {
-                        bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+                    let remote = match access {
+                        Access::Local => 0,
+                        Access::RemoteRead => bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+                        Access::RemoteWrite => bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
                     };
                     // CAST: the access flags fit an int.
                     w.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
