@@ -30,7 +30,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check clean host-test fuzz reference demo evil bench
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -83,10 +83,17 @@ fuzz:
 	@mkdir -p out
 	tests/fuzz/run 2>&1 | tee out/fuzz.log
 
-check: lint host-test $(EVIL)
+# make check runs the whole suite or nothing: RISER_* settings that would
+# skip or trim checks (RISER_EVIL_MODES, RISER_FIO_BS, RISER_MATRIX,
+# RISER_EXPECT_KUNIT, ...) are refused before anything runs (check-env), and
+# run-guest --check fails a guest that declares no plan.
+check-env:
+	@tests/run-guest --check --env-only
+
+check: check-env lint host-test $(EVIL)
 	-$(MAKE) --no-print-directory fuzz
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
-		tests/run-guest --kdir $(KDIR) $(GUEST_TESTS)
+		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
 
 # The demo runs on the fast kernel flavour (no KASAN, lockdep or kmemleak),
 # which setup builds on first use (about 12 minutes, cached); FAST_KDIR

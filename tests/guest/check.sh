@@ -11,6 +11,9 @@ set -u
 KO=$RISER_TOP/riser.ko
 T=/sys/class/iscsi_transport/iser
 
+# 37 checks in line, 3 for each of the 5 refused parameters, 3 beside ib_iser.
+plan 55
+
 check "soft-RoCE device rxe0 created" setup_rxe
 check "riser's dependencies load" load_deps
 

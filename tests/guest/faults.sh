@@ -26,6 +26,8 @@ NP=$TPG/np/$IP:3260
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
+plan 33
+
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 session_up() { iscsi_logged_in "$IQN"; }
 conn_lost() { dmesg_has "detected conn error|riser: connection to $IP:3260 failed"; }
@@ -61,7 +63,8 @@ rxe_on() {
 # target goes away for SECONDS and comes back.
 verified_through_outage() {
 	local pid rc=0
-	fio_verify "$DEV" randwrite 16k 8 8M >"$RISER_OUT/fio-outage.log" 2>&1 &
+	# The outage fails the connection on purpose.
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" randwrite 16k 8 8M >"$RISER_OUT/fio-outage.log" 2>&1 &
 	pid=$!
 	sleep 3
 	outage "$@" || rc=1
@@ -174,6 +177,7 @@ check "  the disk works, data verified" fio_verify "$DEV" randrw 4k 8 2M
 check "logout" iscsi_logout "$IQN" "$IP"
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rmmod riser" unload_riser
+# Before rmmod: kmemleak names riser's frames only while riser is loaded.
 check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
+check "rmmod riser" unload_riser
 save_dmesg

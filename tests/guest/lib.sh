@@ -40,6 +40,16 @@ rm -f "$_NAP_FIFO"
 # a builtin read, no fork.
 uptime_now() { read -r UPTIME _ </proc/uptime; }
 
+# plan N: the script runs N checks (TAP's plan, "1..N" in checks.tap).
+# tests/run-guest fails a guest whose count of "ok"/"not ok" lines differs
+# (a check skipped by a branch, a loop that ran short, a script that died
+# half way), and, under make check, a guest that declared no plan. Call it
+# before the first check; N counts check and expect_fail calls as they run.
+plan() {
+	case ${1:-} in '' | *[!0-9]*) echo "plan: not a number: '${1:-}'" >&2; return 1 ;; esac
+	echo "1..$1" >>"$TAP"
+}
+
 # kernel_since UPTIME: the kernel log lines stamped at or after UPTIME.
 kernel_since() {
 	dmesg | awk -v t="$1" '{ s = $0; sub(/^\[ */, "", s); if (s + 0 >= t) print }'
@@ -107,15 +117,98 @@ bounded() {
 	return $rc
 }
 
-# expect_fail DESCRIPTION CMD...: CMD must fail.
+# expect_fail DESCRIPTION CMD...: CMD must fail, by returning a status from
+# 1 to 123, within EXPECT_FAIL_TIMEOUT seconds (default 200: longer than
+# target.sh's own bound on an iscsiadm call, ISCSI_TIMEOUT). A hang
+# (stopped by bounded: 124), a command that could not run (126, 127) or one
+# killed by a signal (128 and above) is not the refusal that was expected.
+# Where the reason matters (a refused login), expect_refused names it.
 expect_fail() {
-	local what=$1
+	local what=$1 rc
 	shift
-	if "$@" >>"$RISER_OUT/guest.log" 2>&1; then
-		echo "not ok - $what" >>"$TAP"
-	else
+	bounded "${EXPECT_FAIL_TIMEOUT:-200}" "$@" >>"$RISER_OUT/guest.log" 2>&1
+	rc=$?
+	if [ $rc -ge 1 ] && [ $rc -le 123 ]; then
 		echo "ok - $what" >>"$TAP"
+	else
+		echo "not ok - $what" >>"$TAP"
+		echo "#   expected a refusal (status 1..123), got status $rc" >>"$TAP"
 	fi
+}
+
+# expect_refused DESCRIPTION STATUS PATTERN SECONDS CMD...: CMD must fail
+# for the reason named: exit with STATUS within SECONDS, and the kernel log
+# of its window must have a line matching PATTERN (an extended regex), e.g.
+# a refused login: iscsiadm's ISCSI_ERR_LOGIN_AUTH_FAILED (24) and LIO's
+# line saying why. Any other status, a hang, or the line missing: not ok.
+expect_refused() {
+	local what=$1 want=$2 pattern=$3 secs=$4 rc mark lines why=
+	shift 4
+	kmsg_mark
+	mark=$MARK
+	bounded "$secs" "$@" >>"$RISER_OUT/guest.log" 2>&1
+	rc=$?
+	if [ "$rc" != "$want" ]; then
+		why="exit status $rc, not $want"
+	elif ! lines=$(kernel_after_mark "$mark"); then
+		why="the window's marker is not in the kernel log"
+	elif ! grep -Eq "$pattern" <<<"$lines"; then
+		why="no kernel line matches '$pattern'"
+	fi
+	if [ -z "$why" ]; then
+		echo "ok - $what" >>"$TAP"
+	else
+		echo "not ok - $what" >>"$TAP"
+		echo "#   $why" >>"$TAP"
+	fi
+}
+
+# kmsg_mark: writes a numbered marker line into the kernel log (a builtin
+# echo to /dev/kmsg, no fork; each open has its own rate limit) and leaves
+# its number in $MARK. kernel_after_mark N prints the kernel lines logged
+# after marker N, or fails (status 2) when the marker is not in the log
+# (lost, or the log wrapped): a window that cannot be read is not clean.
+# (The marker names the shell's pid and the time: unique in background
+# subshells too.)
+kmsg_mark() {
+	MARK="$BASHPID.$EPOCHREALTIME"
+	echo "riser-harness: mark $MARK" >/dev/kmsg
+}
+kernel_after_mark() {
+	dmesg | awk -v m="riser-harness: mark $1" '
+		found { print; next }
+		index($0, m) && substr($0, index($0, m) + length(m)) == "" { found = 1 }
+		END { exit found ? 0 : 2 }'
+}
+
+# What a connection failure leaves in the kernel log: riser's own line
+# ("riser: connection to A.B.C.D:P failed: why"), libiscsi's ("detected
+# conn error"), and a control PDU riser refused to send.
+CONN_TROUBLE='riser: connection to [^ ]+ failed|detected conn error|riser: cannot send control PDU'
+
+# conn_clean CMD...: CMD succeeds, and the kernel log of its window has no
+# connection failure (CONN_TROUBLE): libiscsi reconnects behind a data test
+# and fio still verifies, so a failure is seen only there. With
+# CONN_FAILURES_EXPECTED set (a test that provokes failures on purpose:
+# `CONN_FAILURES_EXPECTED=1 fio_verify ...`), only CMD's status counts.
+conn_clean() {
+	local rc mark lines
+	kmsg_mark
+	mark=$MARK
+	"$@"
+	rc=$?
+	[ -z "${CONN_FAILURES_EXPECTED:-}" ] || return $rc
+	if ! lines=$(kernel_after_mark "$mark"); then
+		echo "conn_clean: marker $mark not found in the kernel log: the window cannot be checked"
+		return 1
+	fi
+	lines=$(grep -E "$CONN_TROUBLE" <<<"$lines")
+	if [ -n "$lines" ]; then
+		echo "connection failure(s) in the kernel log while it ran:"
+		echo "$lines" | head -n 10
+		return 1
+	fi
+	return $rc
 }
 
 # iscsi_state: what holds an iSCSI transport module, for a log: the
@@ -177,7 +270,33 @@ unload_riser() {
 dmesg_mark() { dmesg | wc -l >"$RISER_OUT/.dmesg_mark"; }
 dmesg_has() { dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"; }
 
-save_dmesg() { dmesg >"$RISER_OUT/dmesg.txt"; }
+# save_dmesg: the end of every guest script. Records what tests/run-guest
+# judges after the guest (end-state.txt): whether lock debugging is still on
+# (debug_locks in /proc/lockdep_stats; KASAN, a BUG or any taint that makes
+# lockdep unreliable turns it off for the rest of the boot, so the checks
+# after it ran unwatched), and a last kmemleak scan (refused when kmemleak
+# has turned itself off) with the number of objects it suspects. Then the
+# kernel log, after the scan (a scan that finds leaks says so there).
+save_dmesg() {
+	local st=$RISER_OUT/end-state.txt v n
+	: >"$st"
+	if [ -r /proc/lockdep_stats ]; then
+		v=$(awk '$1 == "debug_locks:" { print $2 }' /proc/lockdep_stats)
+		echo "debug_locks ${v:-unknown}" >>"$st"
+	fi
+	if _kmemleak_file >/dev/null 2>&1; then
+		v=$SECONDS
+		if kmemleak_scan >>"$RISER_OUT/guest.log" 2>&1 &&
+			cat /sys/kernel/debug/kmemleak >"$RISER_OUT/kmemleak-end.txt"; then
+			n=$(grep -c "^unreferenced object" "$RISER_OUT/kmemleak-end.txt")
+			echo "kmemleak scanned $n" >>"$st"
+			echo "[end-of-guest kmemleak scan took $((SECONDS - v))s: $n suspected]" >>"$RISER_OUT/guest.log"
+		else
+			echo "kmemleak refused" >>"$st"
+		fi
+	fi
+	dmesg >"$RISER_OUT/dmesg.txt"
+}
 
 # The modules riser links against; insmod does not load dependencies.
 load_deps() {
@@ -204,37 +323,65 @@ collect_kunit() {
 	done
 }
 
+# _kmemleak_file: prints kmemleak's debugfs file (mounting debugfs if need
+# be); fails on a kernel without kmemleak.
+_kmemleak_file() {
+	[ -e /sys/kernel/debug/kmemleak ] ||
+		mount -t debugfs none /sys/kernel/debug 2>/dev/null
+	[ -e /sys/kernel/debug/kmemleak ] || { echo "no /sys/kernel/debug/kmemleak" >&2; return 1; }
+	echo /sys/kernel/debug/kmemleak
+}
+
 # kmemleak: forget what was allocated before (boot, module loading), so only
 # what the test allocates can be reported.
 kmemleak_clear() {
-	[ -d /sys/kernel/debug/kmemleak ] || [ -e /sys/kernel/debug/kmemleak ] ||
-		mount -t debugfs none /sys/kernel/debug 2>/dev/null
-	echo clear >/sys/kernel/debug/kmemleak
+	local f
+	f=$(_kmemleak_file) && echo clear >"$f"
+}
+
+# kmemleak_scan: one scan; fails when kmemleak refuses it (it answers EPERM
+# once it has turned itself off, after an error of its own), so that a leak
+# check never passes on a scan that did not happen.
+kmemleak_scan() {
+	local f
+	f=$(_kmemleak_file) || return 1
+	echo scan >"$f" || { echo "kmemleak refused the scan (turned off?)"; return 1; }
 }
 
 # kmemleak_report FILE: scan (twice, as kmemleak wants objects seen
 # unreferenced by two scans) and save the suspected leaks to FILE; prints
-# their number.
+# their number. Fails when a scan is refused or the report cannot be read.
 kmemleak_report() {
-	echo scan >/sys/kernel/debug/kmemleak && sleep 6 &&
-		echo scan >/sys/kernel/debug/kmemleak || return 1
-	cat /sys/kernel/debug/kmemleak >"$1"
-	grep -c "^unreferenced object" "$1"
+	kmemleak_scan && nap 6 && kmemleak_scan || return 1
+	cat /sys/kernel/debug/kmemleak >"$1" || return 1
+	grep -c "^unreferenced object" "$1" || true
 }
 
 # no_leak_from_riser FILE: kmemleak_report found nothing allocated by riser
 # (or by libiscsi, the SCSI midlayer or the RDMA core on riser's behalf,
-# which show riser in the backtrace).
+# which show riser in the backtrace). Run it while riser is loaded: after
+# rmmod, kmemleak can no longer name riser's frames (they print as bare
+# addresses), so then any suspected leak at all fails it.
 no_leak_from_riser() {
-	kmemleak_report "$1" >/dev/null
-	! grep -q '\[riser\]' "$1"
+	kmemleak_report "$1" >/dev/null || return 1
+	if [ -d /sys/module/riser ]; then
+		! grep -q '\[riser\]' "$1"
+	else
+		echo "riser is not loaded: its frames cannot be named, so any suspected leak counts"
+		! grep -q "^unreferenced object" "$1"
+	fi
 }
 
 # fio_verify DEV RW BS QD SIZE [FIO_OPTION...]: write SIZE with fio and read
 # it back verified with crc32c. fio's exit status alone is not trusted (it
 # exits 0 when it refuses to start, on a mounted device for one): its terse
-# line must be there and report error 0.
+# line must be there and report error 0. The kernel log of the run must show
+# no connection failure (conn_clean; CONN_FAILURES_EXPECTED=1 exempts a run
+# that provokes them).
 fio_verify() {
+	conn_clean _fio_verify "$@"
+}
+_fio_verify() {
 	local dev=$1 rw=$2 bs=$3 qd=$4 size=$5 out
 	shift 5
 	out=$(fio --name=v --filename="$dev" --direct=1 --ioengine=libaio --rw="$rw" \

@@ -41,11 +41,6 @@ cell() {
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
-check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
-check "riser's dependencies load" load_deps
-check "insmod riser.ko" insmod "$KO"
-check "LIO rd_mcp target ($RDMA)" lio_rd_target $T $IP 32 "$RDMA"
-check "iscsid started" iscsi_start
 # The cells: every pair of ImmediateData and InitialR2T, each with a first
 # burst smaller than the commands' data (4k) and one that holds most of it
 # (64k and 256k), and a first burst below the largest burst (4k/256k,
@@ -70,10 +65,18 @@ else
 	CELLS="Yes:Yes:4096:4096 Yes:Yes:262144:262144 Yes:No:4096:262144 Yes:No:65536:131072
 		No:No:4096:4096 No:No:65536:131072 No:Yes:262144:262144"
 fi
+_cells=($CELLS)
+# 9 checks, and one a cell.
+plan $((9 + ${#_cells[@]}))
+check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
+check "riser's dependencies load" load_deps
+check "insmod riser.ko" insmod "$KO"
+check "LIO rd_mcp target ($RDMA)" lio_rd_target $T $IP 32 "$RDMA"
+check "iscsid started" iscsi_start
 for c in $CELLS; do
 	IFS=: read -r imm r2t fb mb <<<"$c"
-	check "ImmediateData=$imm InitialR2T=$r2t FirstBurst=$fb MaxBurst=$mb: negotiated, fio verified" \
-		cell "$imm" "$r2t" "$fb" "$mb"
+	check "ImmediateData=$imm InitialR2T=$r2t FirstBurst=$fb MaxBurst=$mb: negotiated, fio verified, no connection failure" \
+		conn_clean cell "$imm" "$r2t" "$fb" "$mb"
 done
 check "rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop

@@ -59,6 +59,15 @@ no_session_left() {
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
+# Block sizes of the fio runs (session-siw.sh runs fewer: the sizes are the
+# same code on either device). Each size runs random at QD 32 (many commands
+# and registrations in flight) and sequential at QD 1 (one at a time); the
+# other two pairings add run time on the KASAN kernel, not paths.
+FIO_BS=${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}
+_bs=($FIO_BS)
+# 22 checks, and two for each block size.
+plan $((22 + 2 * ${#_bs[@]}))
+
 check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "riser's dependencies load" load_deps
 dmesg_mark
@@ -74,12 +83,8 @@ check "the SCSI host is iscsi_iser" iscsi_host_is_iscsi_iser "$IQN"
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
 check "device is 64 MiB" test "$(blockdev --getsize64 "$DEV" 2>/dev/null)" = $((64 << 20))
-check "ext4: write, sync, drop caches, read back, compare" fs_roundtrip
-# Block sizes of the fio runs (session-siw.sh runs fewer: the sizes are the
-# same code on either device). Each size runs random at QD 32 (many commands
-# and registrations in flight) and sequential at QD 1 (one at a time); the
-# other two pairings add run time on the KASAN kernel, not paths.
-for bs in ${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}; do
+check "ext4: write, sync, drop caches, read back, compare (no connection failure)" conn_clean fs_roundtrip
+for bs in $FIO_BS; do
 	check "fio randwrite bs=$bs QD32 verify crc32c" fio_sized randwrite "$bs" 32
 	check "fio write bs=$bs QD1 verify crc32c" fio_sized write "$bs" 1
 done

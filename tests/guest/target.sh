@@ -488,6 +488,33 @@ iscsi_login() {
 	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
 }
 
+# After refused logins to a LIO target over iSER, iscsid's next login to it
+# sometimes stalls until the login timeouts (with the C ib_iser as with
+# riser): isert's login thread waits for a Login Request that never comes
+# and LIO's login timer interrupts it, which isert logs as below.
+LIO_LOGIN_STALL='isert_get_login_rx: isert_conn [^ ]+ interrupted before got login req'
+
+# login_retry IQN IP [IFACE]: iscsi_login, tried again (three tries at most)
+# only when a try failed on that stall: LIO's line in the try's window
+# (waited for up to 20 s: LIO's timer and iscsid's run about together).
+# Each retry is written into the TAP output ("# retry: ..."), which
+# tests/run-guest prints and counts. Any other failure fails at once.
+login_retry() {
+	local try rc mark line
+	for try in 1 2 3; do
+		kmsg_mark
+		mark=$MARK
+		iscsi_login "$@" && return 0
+		rc=$?
+		[ "$try" -lt 3 ] || return $rc
+		_wait_for 20 _lio_login_stalled "$mark" || return $rc
+		line=$(_lio_login_stalled "$mark")
+		echo "# retry: login to $1, try $try failed (status $rc) on LIO's known login stall: ${line:0:120}" >>"$TAP"
+		echo "try $try failed on LIO's login stall; again"
+	done
+}
+_lio_login_stalled() { kernel_after_mark "$1" | grep -m1 -E "$LIO_LOGIN_STALL"; }
+
 # iscsi_login_portal IP IFACE IQN...: log in through IFACE to every target
 # whose node record names IP, all at once; a node record is made for each
 # IQN that has none (discovery through the iface "default" makes none).
