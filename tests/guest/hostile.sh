@@ -5,33 +5,42 @@
 # over soft-RoCE) logs in, serves a memory disk, and misbehaves once per run
 # in the way its mode names: malformed PDUs, unknown and stale ITTs, foreign
 # remote invalidation, over-long sends, bad iSER headers, floods, a target
-# that stops answering, bad login responses.
+# that stops answering, RDMA accesses with a command's STag after the
+# command ended, a Logout Response to a ping, bad login responses, an early
+# status while unsolicited Data-Outs are on their way.
 #
 # One session lives through every full-feature mode in turn, with fio
-# writing and verifying (crc32c) all along: each mode is triggered by a READ
-# of block 32768 with a 256 KiB write beside it, then the checks: riser logged
-# the connection failure (for the modes that are one), the session came back
-# through iscsid, the write (if reported done) reads back equal, the disk
-# works. A second target spoils three login attempts in three ways. At the
-# end fio must have seen no error and no corrupt block; logout, rmmod and a
-# kmemleak scan.
+# writing and verifying (crc32c) in rounds until the last mode is done:
+# each mode is triggered by a READ of block 32768 (a WRITE of 256 KiB there
+# for the modes a WRITE fires) after a READ of block 32760, with a READ and
+# a 256 KiB write beside it; then the checks: no trigger command hung or
+# failed, what the READs returned is what the disk holds, riser logged the
+# connection failure (for the modes that are one), the session came back
+# through iscsid, the write reads back equal, the disk works. A second
+# target spoils three login attempts in three ways; a third negotiates
+# unsolicited data in 1 KiB Data-Outs and answers a WRITE as soon as its
+# command arrives. At the end fio must have seen no error and no corrupt
+# block; logout, rmmod and a kmemleak scan.
 
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
 . "$RISER_TOP/tests/guest/target.sh"
-KO=$RISER_TOP/riser.ko
+# RISER_KO: another riser.ko (a before/after comparison), by hand only.
+KO=${RISER_KO:-$RISER_TOP/riser.ko}
 EVIL=${RISER_EVIL:-$RISER_TOP/out/iser-evil}
 IP=192.168.77.1
-# Block 32768 (16 MiB): away from fio (32..40 MiB) and the patterns (2..3 MiB).
+# Block 32768 (16 MiB): away from fio (32..36 MiB) and the patterns (2..3 MiB).
 TRIGGER_LBA=32768
 EVIL_PID=
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
-# evil_start LOG MODES: the target, misbehaving in each of MODES in turn.
+# evil_start LOG MODES [OPTION...]: the target, misbehaving in each of MODES
+# in turn.
 evil_start() {
-	local log=$RISER_OUT/$1.log
-	"$EVIL" -a "$IP" -m "$2" -l "$TRIGGER_LBA" >"$log" 2>&1 &
+	local log=$RISER_OUT/$1.log modes=$2
+	shift 2
+	"$EVIL" -a "$IP" -m "$modes" -l "$TRIGGER_LBA" "$@" >"$log" 2>&1 &
 	EVIL_PID=$!
 	_wait_for 60 grep -q "^evil: listening" "$log"
 }
@@ -44,11 +53,25 @@ evil_stop() {
 }
 
 evil_fired() { _wait_for 30 grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
-evil_tmf() { grep -q "^evil: TMF function $2" "$RISER_OUT/$1.log"; }
+# evil_mark LOG: what the target said from now on is what evil_since shows.
+evil_mark() { EVIL_MARK=$(wc -l <"$RISER_OUT/$1.log"); }
+evil_since() { tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log"; }
+evil_says() { evil_since "$1" | grep -qE "$2"; }
+evil_tmf() { evil_says "$1" "^evil: TMF function $2"; }
+
+# evil_late LOG write|read: the target's late access with an old STag was
+# made, and refused at the initiator (any failed completion but a flush,
+# which would mean it was never tried). Prints the target's lines.
+evil_late() {
+	_wait_for 30 evil_says "$1" "^evil: late $2 (completed|refused|not)"
+	evil_since "$1" | grep -E "^evil: late"
+	evil_says "$1" "^evil: late $2 refused \(status"
+}
 
 # node_setup IQN: a node record with short task-management timeouts, so a
 # silent target escalates quickly, a replacement timeout long enough to
-# ride out each failure, and login retries for the login modes.
+# ride out each failure, login retries for the login modes, and the
+# initiator's pings (NOP-Out) after 5 s idle, given 5 s to be answered.
 node_setup() {
 	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
 	_iscsi_node "$1" "$IP" iser &&
@@ -56,7 +79,9 @@ node_setup() {
 		"${n[@]}" -n node.session.err_timeo.abort_timeout -v 5 &&
 		"${n[@]}" -n node.session.err_timeo.lu_reset_timeout -v 5 &&
 		"${n[@]}" -n node.session.err_timeo.tgt_reset_timeout -v 5 &&
-		"${n[@]}" -n node.session.initial_login_retry_max -v 8
+		"${n[@]}" -n node.session.initial_login_retry_max -v 8 &&
+		"${n[@]}" -n 'node.conn[0].timeo.noop_out_interval' -v 5 &&
+		"${n[@]}" -n 'node.conn[0].timeo.noop_out_timeout' -v 5
 }
 
 # session_up IQN: the session's connection is logged in (again).
@@ -71,50 +96,156 @@ pattern_roundtrip() {
 		cmp - /tmp/pattern
 }
 
-# trigger: the READ that arms the target, the READ that makes it misbehave, a second READ
-# (inv-other answers the first when the second arrives) and a 256 KiB write
-# beside them. Each may fail with EIO if recovery took too long; none may
-# hang. What the write reported done must read back equal.
+# The modes a WRITE at the trigger block fires (the rest: a READ there).
+write_mode() { case $1 in late-read | early-status) return 0 ;; esac; return 1; }
+
+# The 256 KiB written by a WRITE trigger: iser-evil's stamp, each 512-byte
+# block naming its own LBA, so that the target can tell the command's own
+# bytes from any other memory in its Data-Outs.
+STAMP=/tmp/stamp
+STAMP_SEEK=$((TRIGGER_LBA * 512 / 262144))
+
+# dd_rc NAME CMD...: CMD's status in $RC_NAME (124: stopped by timeout).
+dd_rc() {
+	local name=$1
+	shift
+	"$@"
+	printf -v "RC_$name" %s $?
+}
+
+# trigger MODE: the READ that primes the target (block 32760), the command
+# that makes it misbehave (a READ of block 32768, or for a WRITE mode the
+# stamp written there), a second READ (inv-other answers the first when the
+# second arrives) and a 256 KiB write beside them, each in 150 s at most.
+# Their statuses go to RC_PRIME, RC_FIRE, RC_SIDE, RC_WRITE; the READ data
+# to /tmp/got.*.
 trigger() {
-	# Arm (a READ just before the trigger block), then fire.
-	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8 - 1)) count=1 \
-		iflag=direct status=none
-	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8)) count=1 \
-		iflag=direct status=none &
-	local t=$!
+	local t
+	rm -f /tmp/got.prime /tmp/got.fire /tmp/got.side
+	dd_rc PRIME timeout 150 dd if="$DEV" of=/tmp/got.prime bs=4k \
+		skip=$((TRIGGER_LBA / 8 - 1)) count=1 iflag=direct status=none
+	if write_mode "$1"; then
+		timeout 150 dd if="$STAMP" of="$DEV" bs=256k seek="$STAMP_SEEK" count=1 \
+			oflag=direct status=none &
+	else
+		timeout 150 dd if="$DEV" of=/tmp/got.fire bs=4k skip=$((TRIGGER_LBA / 8)) \
+			count=1 iflag=direct status=none &
+	fi
+	t=$!
 	sleep 1
-	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=64 count=1 iflag=direct status=none
-	timeout 150 dd if=/tmp/pattern of="$DEV" bs=64k seek=32 oflag=direct status=none &&
-		echo "trigger: the write beside it was reported done" && WROTE=1
+	dd_rc SIDE timeout 150 dd if="$DEV" of=/tmp/got.side bs=4k skip=64 count=1 \
+		iflag=direct status=none
+	dd_rc WRITE timeout 150 dd if=/tmp/pattern of="$DEV" bs=64k seek=32 oflag=direct \
+		status=none
 	wait "$t"
+	RC_FIRE=$?
+	echo "trigger $1: prime $RC_PRIME, fire $RC_FIRE, side $RC_SIDE, write $RC_WRITE"
+}
+
+# no_hang: no trigger command was stopped by its 150 s timeout.
+no_hang() {
+	echo "statuses: prime $RC_PRIME fire $RC_FIRE side $RC_SIDE write $RC_WRITE"
+	[ "$RC_PRIME" != 124 ] && [ "$RC_FIRE" != 124 ] && [ "$RC_SIDE" != 124 ] &&
+		[ "$RC_WRITE" != 124 ]
+}
+
+# The disk's content where the trigger READs look: random blocks written
+# before the first mode (the trigger block changes when a WRITE mode
+# writes the stamp there).
+trigger_data_setup() {
+	dd if=/dev/urandom of=/tmp/exp.prime bs=4k count=1 status=none &&
+		dd if=/dev/urandom of=/tmp/exp.fire bs=4k count=1 status=none &&
+		dd if=/dev/urandom of=/tmp/exp.side bs=4k count=1 status=none &&
+		dd if=/tmp/exp.prime of="$DEV" bs=4k seek=$((TRIGGER_LBA / 8 - 1)) oflag=direct \
+			status=none &&
+		dd if=/tmp/exp.fire of="$DEV" bs=4k seek=$((TRIGGER_LBA / 8)) oflag=direct \
+			status=none &&
+		dd if=/tmp/exp.side of="$DEV" bs=4k skip=0 seek=64 oflag=direct status=none
+}
+
+# reads_ok MODE: every trigger command succeeded (riser retries what a
+# failed connection held: none may end in an error), and each READ returned
+# what the disk holds.
+reads_ok() {
+	local rc=0
+	[ "$RC_PRIME" = 0 ] && [ "$RC_FIRE" = 0 ] && [ "$RC_SIDE" = 0 ] || {
+		echo "a trigger command failed: prime $RC_PRIME fire $RC_FIRE side $RC_SIDE"
+		return 1
+	}
+	cmp /tmp/got.prime /tmp/exp.prime || rc=1
+	cmp /tmp/got.side /tmp/exp.side || rc=1
+	if write_mode "$1"; then
+		# The trigger write, reported done, reads back equal.
+		dd if="$DEV" bs=256k skip="$STAMP_SEEK" count=1 iflag=direct status=none |
+			cmp - "$STAMP" || rc=1
+		head -c 4096 "$STAMP" >/tmp/exp.fire
+	else
+		cmp /tmp/got.fire /tmp/exp.fire || rc=1
+	fi
+	return $rc
 }
 
 FAILED="riser: connection to $IP:3260 failed"
 no_conn_error() { ! dmesg_has "riser: connection to|detected conn error"; }
+# The write beside the trigger was reported done and reads back equal.
 written_reads_back() {
-	[ "$WROTE" = 1 ] || return 0
+	[ "$RC_WRITE" = 0 ] || { echo "the write beside the trigger failed: $RC_WRITE"; return 1; }
 	dd if="$DEV" bs=64k skip=32 count=4 iflag=direct status=none | cmp - /tmp/pattern
 }
+
+# fio in rounds of 4 MiB (crc32c verified) until /tmp/fio.stop exists, so
+# that it runs under every mode; a round that fails ends the loop.
+fio_rounds() {
+	local n=0
+	while [ ! -e /tmp/fio.stop ]; do
+		fio_verify "$DEV" randwrite 4k 4 4M --offset=32M || {
+			echo "fio round $((n + 1)) failed"
+			return 1
+		}
+		n=$((n + 1))
+		echo "fio round $n verified"
+	done
+	echo "fio rounds: $n"
+	[ "$n" -gt 0 ]
+}
+fio_running() { kill -0 "$FIO" 2>/dev/null; }
+# _tree PID...: PID and every process under it.
+_tree() {
+	local p
+	for p in "$@"; do
+		echo "$p"
+		# shellcheck disable=SC2046
+		_tree $(pgrep -P "$p")
+	done
+}
+# fio_signal STOP|CONT: pause or resume the fio rounds (the loop and its
+# fio processes), so that the connection goes idle and the initiator pings.
+fio_signal() { kill -"$1" $(_tree "$FIO") 2>/dev/null; }
 
 # ffp MODE [PATTERN]: trigger the next mode in the full-feature phase.
 # PATTERN (an extended regex) must appear in dmesg after the trigger; with no
 # PATTERN the connection must survive.
 ffp() {
-	local mode=$1 pattern=${2:-}
+	local mode=$1 pattern=${2:-} t0
 	dmesg_mark
+	evil_mark ffp
 	dd if=/dev/urandom of=/tmp/pattern bs=64k count=4 status=none
-	WROTE=0
 	# A silent target is found by the SCSI command timer, set short for
 	# those modes only. Elsewhere the default 30 s: under KASAN in TCG the
 	# 3000 NOP-Ins of flood-nop once held the triggering READ past 8 s,
 	# the SCSI layer aborted it, and its response, legal but late, then
 	# named a freed task (the connection failed as it must).
 	case $mode in
-	silent*) echo 8 >"/sys/block/${DEV#/dev/}/device/timeout" ;;
+	silent* | late-abort | reject) echo 8 >"/sys/block/${DEV#/dev/}/device/timeout" ;;
 	*) echo 30 >"/sys/block/${DEV#/dev/}/device/timeout" ;;
 	esac
-	trigger >>"$RISER_OUT/guest.log" 2>&1
+	# logout-ping needs an idle connection: the initiator pings only after
+	# 5 s without a PDU from the target.
+	[ "$mode" != logout-ping ] || fio_signal STOP
+	trigger "$mode" >>"$RISER_OUT/guest.log" 2>&1
 	check "$mode: the target misbehaved" evil_fired ffp "$mode"
+	t0=$SECONDS
+	check "$mode: no trigger command hung" no_hang
 	if [ -n "$pattern" ]; then
 		check "$mode: dmesg has: $pattern" _wait_for 60 dmesg_has "$pattern"
 	else
@@ -131,27 +262,56 @@ ffp() {
 		check "$mode: the initiator answered all 600 pings, each echoing its TTT" \
 			_wait_for 90 grep -q "^evil: pings answered 600\$" "$RISER_OUT/ffp.log"
 		;;
-	silent) check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$" ;;
+	silent | reject)
+		check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$"
+		;;
 	silent-all)
 		check "$mode: abort (ABORT TASK) was tried and refused" evil_tmf ffp "1 rejected"
 		check "$mode: then an LU reset (LOGICAL UNIT RESET), never answered" evil_tmf ffp "5 ignored"
 		;;
+	late-write)
+		# The response came by plain SEND (no remote invalidation):
+		# the READ's rkey must be invalid once the READ completed.
+		check "$mode: the READ's rkey, 50 ms after its response, is refused" evil_late ffp write
+		;;
+	late-read)
+		check "$mode: the WRITE's STag, 50 ms after its response, is refused" evil_late ffp read
+		;;
+	late-abort)
+		check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$"
+		check "$mode: its rkey, 50 ms after the abort's answer, is refused" evil_late ffp write
+		;;
+	logout-ping)
+		# A Logout Response that answers a ping is no logout: the
+		# target's disconnect 100 ms later must fail the connection at
+		# once, not after the next ping times out (5 s idle + 5 s).
+		check "$mode: riser failed the connection within 8 s of the Logout Response" \
+			_wait_for 8 dmesg_has "$FAILED"
+		echo "$mode: failure logged $((SECONDS - t0)) s after the target fired" \
+			>>"$RISER_OUT/guest.log"
+		;;
 	esac
 	check "$mode: session logged in (again)" _wait_for 120 session_up "$IQN"
-	check "$mode: a write reported done reads back equal" written_reads_back
+	echo "$mode: logged in $((SECONDS - t0)) s after the target fired" >>"$RISER_OUT/guest.log"
+	[ "$mode" != logout-ping ] || fio_signal CONT
+	check "$mode: every trigger command succeeded, each READ returned the disk's data" \
+		reads_ok "$mode"
+	check "$mode: the write beside it was reported done and reads back equal" written_reads_back
 	check "$mode: the disk reads and writes" pattern_roundtrip 2
+	check "$mode: fio still verifying underneath" fio_running
 }
 
-check "hostile target binary built" test -x "$EVIL"
-check "RDMA device (rxe) created" setup_rdma rxe "$IP"
-check "riser's dependencies and user verbs load" modprobe -a ib_core rdma_cm ib_uverbs rdma_ucm \
-	scsi_transport_iscsi libiscsi
-check "insmod riser.ko" insmod "$KO"
-check "kmemleak cleared" kmemleak_clear
-check "iscsid started" iscsi_start
-IQN=iqn.2026-11.org.riser:evil
+# The number of checks ffp MODE runs.
+ffp_checks() {
+	case $1 in
+	silent-all | late-abort) echo 10 ;;
+	ping | silent | reject | late-write | late-read | logout-ping) echo 9 ;;
+	*) echo 8 ;;
+	esac
+}
+
 # Each full-feature mode and what dmesg must show after it ("" for a
-# connection that must survive). RISER_EVIL_MODES picks some, for debugging.
+# connection that must survive).
 declare -A EXPECT=(
 	[short]="$FAILED: malformed PDU"
 	[dsl-long]="$FAILED: malformed PDU"
@@ -164,32 +324,89 @@ declare -A EXPECT=(
 	[bad-flags]="$FAILED: malformed PDU"
 	[ahs]="$FAILED: malformed PDU"
 	[bad-opcode]="$FAILED: malformed PDU"
+	[data-in]="$FAILED: Data-In or R2T over iSER"
+	[r2t]="$FAILED: Data-In or R2T over iSER"
+	# A Reject of the READ's command: libiscsi logs it, and the READ,
+	# never answered, times out and is aborted and retried.
+	[reject]="pdu \\(op 0x1 itt 0x[0-9a-f]+\\) rejected. Reason code 0x4"
 	[drop]="$FAILED: disconnected by the target"
 	[flood-nop]=""
 	[ping]=""
 	[flood-async]="$FAILED: async message flood"
 	[silent]=""
 	[silent-all]="detected conn error"
+	# A refused RDMA access puts both QPs in error: riser's connection
+	# fails (how it names it depends on which completion it sees first).
+	[late-write]="$FAILED"
+	[late-read]="$FAILED"
+	[late-abort]="$FAILED"
+	[logout-ping]="$FAILED"
 )
-FFP_MODES=${RISER_EVIL_MODES:-short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode drop flood-nop ping flood-async silent silent-all}
-check "hostile target up (full-feature modes)" evil_start ffp "${FFP_MODES// /,}"
-check "node record" node_setup "$IQN"
-check "login" iscsi_login "$IQN" "$IP"
-DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
-check "disk $DEV appears" test -b "$DEV"
-fio_verify "$DEV" randwrite 4k 4 4M --offset=32M >"$RISER_OUT/fio-hostile.log" 2>&1 &
-FIO=$!
+ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping"
+ALL_LOGIN="login-long login-dsl login-bad"
+ALL_UNSOL="early-status"
+# RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
+# phase with none of them is left out.
+FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
+UNKNOWN_MODES=
+if [ -n "${RISER_EVIL_MODES:-}" ]; then
+	FFP_MODES= LOGIN_MODES= UNSOL_MODES=
+	for m in $RISER_EVIL_MODES; do
+		case " $ALL_FFP " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
+		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
+		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
+		UNKNOWN_MODES+="$m "
+	done
+fi
 
-for m in $FFP_MODES; do
-	ffp "$m" "${EXPECT[$m]}"
-done
+# The plan: every check below, counted from the modes chosen.
+N=10
+if [ -n "$FFP_MODES" ]; then
+	N=$((N + 7))
+	for m in $FFP_MODES; do N=$((N + $(ffp_checks "$m"))); done
+fi
+[ -z "$LOGIN_MODES" ] || N=$((N + 5 + 4 * $(wc -w <<<"$LOGIN_MODES")))
+[ -z "$UNSOL_MODES" ] || N=$((N + 15))
+if declare -F plan >/dev/null; then
+	plan "$N"
+fi
 
-wait "$FIO"
-FIO_RC=$?
-cat "$RISER_OUT/fio-hostile.log" >>"$RISER_OUT/guest.log"
-check "fio wrote and verified 4 MiB through all of it (no error, no corrupt block)" test "$FIO_RC" = 0
-check "logout" iscsi_logout "$IQN" "$IP"
-evil_stop
+check "no unknown mode in RISER_EVIL_MODES" test -z "$UNKNOWN_MODES"
+check "hostile target binary built" test -x "$EVIL"
+check "RDMA device (rxe) created" setup_rdma rxe "$IP"
+check "riser's dependencies and user verbs load" modprobe -a ib_core rdma_cm ib_uverbs rdma_ucm \
+	scsi_transport_iscsi libiscsi
+check "insmod riser.ko" insmod "$KO"
+check "kmemleak cleared" kmemleak_clear
+check "iscsid started" iscsi_start
+"$EVIL" -P "$TRIGGER_LBA:512" >"$STAMP"
+
+if [ -n "$FFP_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil
+	FFP_MODES=$(echo $FFP_MODES)
+	check "hostile target up (full-feature modes)" evil_start ffp "${FFP_MODES// /,}"
+	check "node record" node_setup "$IQN"
+	check "login" iscsi_login "$IQN" "$IP"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "known data where the trigger READs look" trigger_data_setup
+	rm -f /tmp/fio.stop
+	fio_rounds >"$RISER_OUT/fio-hostile.log" 2>&1 &
+	FIO=$!
+
+	for m in $FFP_MODES; do
+		ffp "$m" "${EXPECT[$m]}"
+	done
+
+	touch /tmp/fio.stop
+	wait "$FIO"
+	FIO_RC=$?
+	cat "$RISER_OUT/fio-hostile.log" >>"$RISER_OUT/guest.log"
+	check "fio wrote and verified 4 MiB rounds through all of it (no error, no corrupt block)" \
+		test "$FIO_RC" = 0
+	check "logout" iscsi_logout "$IQN" "$IP"
+	evil_stop
+fi
 
 # The login modes: each spoils one login, which must fail cleanly (riser's
 # log line, no session left behind); then a clean login works. Each is its
@@ -202,25 +419,87 @@ declare -A LOGIN_EXPECT=(
 	[login-dsl]="riser: bad PDU from the target .*DataLength"
 	[login-bad]="$FAILED: libiscsi rejected a PDU"
 )
-LOGIN_MODES="login-long login-dsl login-bad"
-IQN=iqn.2026-11.org.riser:evil-login
-no_session() { ! iscsi_session "$IQN" >/dev/null; }
-check "hostile target up (login modes)" evil_start login "${LOGIN_MODES// /,}"
-check "node record" node_setup "$IQN"
-iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
-	-n node.session.initial_login_retry_max -v 0 >>"$RISER_OUT/guest.log" 2>&1
-for m in $LOGIN_MODES; do
+if [ -n "$LOGIN_MODES" ]; then
+	LOGIN_MODES=$(echo $LOGIN_MODES)
+	IQN=iqn.2026-11.org.riser:evil-login
+	no_session() { ! iscsi_session "$IQN" >/dev/null; }
+	check "hostile target up (login modes)" evil_start login "${LOGIN_MODES// /,}"
+	check "node record" node_setup "$IQN"
+	iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
+		-n node.session.initial_login_retry_max -v 0 >>"$RISER_OUT/guest.log" 2>&1
+	for m in $LOGIN_MODES; do
+		dmesg_mark
+		expect_fail "$m: the spoilt login fails" iscsi_login "$IQN" "$IP"
+		check "$m: the target misbehaved" evil_fired login "$m"
+		check "$m: dmesg has: ${LOGIN_EXPECT[$m]}" dmesg_has "${LOGIN_EXPECT[$m]}"
+		check "$m: no session left behind" _wait_for 30 no_session
+	done
+	check "then a clean login succeeds" iscsi_login "$IQN" "$IP"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "the disk works after" fio_verify "$DEV" randrw 4k 4 1M
+	check "logout" iscsi_logout "$IQN" "$IP"
+	evil_stop
+fi
+
+# early-status: a target that declares MaxRecvDataSegmentLength=1024 and
+# takes InitialR2T=No, ImmediateData=Yes, FirstBurstLength=256 KiB, so a
+# 256 KiB WRITE comes as 1 KiB of immediate data and 255 Data-Outs of
+# 1 KiB, all unasked. It answers the stamp's WRITE with CHECK CONDITION as
+# soon as the command arrives; every Data-Out that still comes for it must
+# carry the stamp (the command's own bytes), never other memory.
+negotiated() {
+	local out
+	out=$(iscsiadm -m session -P 3) || return 1
+	grep -E "InitialR2T|ImmediateData|FirstBurstLength|MaxXmitDataSegmentLength" <<<"$out"
+	grep -q "InitialR2T: No" <<<"$out" && grep -q "ImmediateData: Yes" <<<"$out" &&
+		grep -q "FirstBurstLength: 262144" <<<"$out" &&
+		grep -q "MaxXmitDataSegmentLength: 1024" <<<"$out"
+}
+# early_write: the stamp's WRITE, answered with CHECK CONDITION (ILLEGAL
+# REQUEST): it must fail, and not by hanging.
+early_write() {
+	local rc
+	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8 - 1)) count=1 \
+		iflag=direct status=none || return 1
+	timeout 150 dd if="$STAMP" of="$DEV" bs=256k seek="$STAMP_SEEK" count=1 oflag=direct \
+		status=none
+	rc=$?
+	echo "the WRITE answered early ended with status $rc"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ]
+}
+no_foreign_data() {
+	local log=$RISER_OUT/unsol.log
+	echo "Data-Outs after the status: $(grep -c "^evil: Data-Out after status" "$log")"
+	! grep "^evil: foreign data" "$log"
+}
+if [ -n "$UNSOL_MODES" ]; then
+	UNSOL_MODES=$(echo $UNSOL_MODES)
+	IQN=iqn.2026-11.org.riser:evil-unsol
+	check "hostile target up (unsolicited data, 1 KiB PDUs)" \
+		evil_start unsol "${UNSOL_MODES// /,}" -u 1024
+	check "node record" node_setup "$IQN"
+	check "login" iscsi_login "$IQN" "$IP"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "negotiated: InitialR2T No, ImmediateData Yes, first burst 256 KiB, 1 KiB PDUs" \
+		negotiated
+	check "fio verifies through 1 KiB Data-Outs (4k blocks)" \
+		fio_verify "$DEV" randrw 4k 4 1M
+	check "fio verifies through 1 KiB Data-Outs and RDMA READs past the first burst" \
+		fio_verify "$DEV" write 1m 2 4M
 	dmesg_mark
-	expect_fail "$m: the spoilt login fails" iscsi_login "$IQN" "$IP"
-	check "$m: the target misbehaved" evil_fired login "$m"
-	check "$m: dmesg has: ${LOGIN_EXPECT[$m]}" dmesg_has "${LOGIN_EXPECT[$m]}"
-	check "$m: no session left behind" _wait_for 30 no_session
-done
-check "then a clean login succeeds" iscsi_login "$IQN" "$IP"
-DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
-check "the disk works after" fio_verify "$DEV" randrw 4k 4 1M
-check "logout" iscsi_logout "$IQN" "$IP"
-evil_stop
+	check "early-status: the WRITE answered with CHECK CONDITION failed (no hang)" early_write
+	check "early-status: the target misbehaved" evil_fired unsol early-status
+	check "early-status: every Data-Out it still got carried the command's own bytes" \
+		no_foreign_data
+	check "early-status: the connection survived" no_conn_error
+	check "early-status: session logged in" session_up "$IQN"
+	check "early-status: the disk reads and writes" pattern_roundtrip 2
+	check "logout" iscsi_logout "$IQN" "$IP"
+	check "early-status: no Data-Out for an ITT the target never had" \
+		eval '! grep "^evil: Data-Out for an unknown" "$RISER_OUT/unsol.log"'
+	evil_stop
+fi
 
 check "iscsid stopped" iscsi_stop
 check "rmmod riser" unload_riser

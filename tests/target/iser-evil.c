@@ -7,21 +7,38 @@
  * PDU ends in a logged connection failure and a recovery, never an oops, a
  * hang or a write reported done that was not.
  *
- *   iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s SIZE_MB] [-v]
+ *   iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s SIZE_MB]
+ *             [-u MRDSL] [-v]
+ *   iser-evil -P LBA:BLOCKS     prints the stamp pattern of those blocks
  *
  * It accepts one connection at a time, for ever (iscsid reconnects after a
  * failure). Each mode of the list fires once, in order, on its trigger: a
  * login request (login modes), or in the full-feature phase the N-th READ
  * (-k, default 1) or, with -l, the READ of block LBA that follows a READ
  * of block LBA - 8 (the initiator's retries of the READ that fired do not
- * fire again; inv-other holds that READ until the next one comes). With
- * every mode shown the target behaves. Each firing prints "evil: fired MODE" on stdout, which the test
- * waits for.
+ * fire again; inv-other holds that READ until the next one comes); for
+ * late-read and early-status (-l only) the WRITE at block LBA that follows
+ * such a READ; for logout-ping the first NOP-Out ping (a real ITT) after
+ * that READ. With every mode shown the target behaves. Each firing prints
+ * "evil: fired MODE" on stdout, which the test waits for.
+ *
+ * late-write, late-read and late-abort use a command's STag 50 ms after the
+ * command ended (answered by plain SEND, or aborted): an RDMA WRITE with a
+ * READ's rkey, an RDMA READ with a WRITE's; the target prints whether the
+ * initiator refused it ("evil: late write refused (status N: ...)") or let
+ * it through ("evil: late write completed"), which no initiator may.
  *
  * Negotiation: ImmediateData=No and InitialR2T=Yes, so every WRITE's data is
  * pulled with RDMA READs from the initiator's write STag; READ data is
  * pushed with RDMA WRITEs to its read STag. Writes land in the memory disk
  * only when the RDMA READ completed, and the good status goes out after.
+ * With -u MRDSL: InitialR2T=No, ImmediateData=Yes, first and largest burst
+ * 256 KiB, and the target declares MaxRecvDataSegmentLength=MRDSL, so a
+ * WRITE's first burst comes as immediate data and unsolicited Data-Outs of
+ * MRDSL bytes, the rest by RDMA READ. early-status answers a WRITE with
+ * CHECK CONDITION when its command arrives and checks every Data-Out that
+ * still comes for it against the stamp pattern (-P) that the test wrote:
+ * "evil: foreign data in Data-Out ..." would be other memory of the host.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -51,14 +69,15 @@
 #define NPEND 128
 #define BLOCK 512
 
-enum wr_kind { WR_RX = 1, WR_TX, WR_RDMA_READ, WR_RDMA_WRITE };
+enum wr_kind { WR_RX = 1, WR_TX, WR_RDMA_READ, WR_RDMA_WRITE, WR_LATE };
 #define WRID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 
 enum mode {
 	M_NONE, M_SHORT, M_DSL_LONG, M_OVERRUN, M_UNKNOWN_ITT, M_STALE_ITT,
 	M_INV_OTHER, M_INV_BAD, M_BAD_VERSION, M_BAD_FLAGS, M_AHS, M_BAD_OPCODE,
 	M_FLOOD_NOP, M_FLOOD_ASYNC, M_SILENT, M_SILENT_ALL, M_LOGIN_LONG,
-	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING,
+	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING, M_LATE_WRITE, M_LATE_READ,
+	M_LATE_ABORT, M_EARLY_STATUS, M_LOGOUT_PING, M_DATA_IN, M_R2T, M_REJECT,
 };
 
 static const char *const mode_names[] = {
@@ -71,15 +90,47 @@ static const char *const mode_names[] = {
 	[M_SILENT] = "silent", [M_SILENT_ALL] = "silent-all",
 	[M_LOGIN_LONG] = "login-long", [M_LOGIN_DSL] = "login-dsl",
 	[M_LOGIN_BAD] = "login-bad", [M_DROP] = "drop", [M_PING] = "ping",
+	[M_LATE_WRITE] = "late-write", [M_LATE_READ] = "late-read",
+	[M_LATE_ABORT] = "late-abort", [M_EARLY_STATUS] = "early-status",
+	[M_LOGOUT_PING] = "logout-ping", [M_DATA_IN] = "data-in", [M_R2T] = "r2t",
+	[M_REJECT] = "reject",
 };
 
-/* A command whose response waits: an RDMA READ in flight, or held back. */
+/*
+ * A WRITE whose response waits for its data: unsolicited Data-Outs still to
+ * come, or an RDMA READ of the rest in flight.
+ */
 struct pend {
 	bool used;
 	uint32_t itt;
-	uint32_t stag;		/* the initiator's STag for its data */
+	uint32_t stag;		/* the initiator's write STag (0: none) */
+	uint64_t va;		/* its address for the solicited part */
 	bool write;
+	uint32_t len;		/* the whole transfer */
+	uint64_t off;		/* where it goes on the disk */
+	uint32_t unsol_left;	/* unsolicited bytes not yet received */
+	uint32_t rdma_len;	/* bytes pulled with the RDMA READ */
+	bool rdma_busy;		/* that RDMA READ is in flight */
+	bool late;		/* late-read: plain SEND, then read it again */
+};
+
+/* An RDMA access with a command's old STag, made 50 ms after its end. */
+struct late {
+	bool on;
+	bool write;		/* RDMA WRITE (a READ's rkey) or RDMA READ */
+	uint32_t rkey;
+	uint64_t va;
 	uint32_t len;
+	uint64_t src;		/* late write: disk offset of the bytes sent */
+	struct timespec due;
+};
+
+/* early-status: a WRITE answered before its Data-Outs came. */
+#define NEARLY 8
+struct early {
+	bool used;
+	uint32_t itt;
+	uint64_t off;		/* the disk offset the WRITE named */
 };
 
 struct conn {
@@ -110,6 +161,15 @@ struct conn {
 	/* ping: NOP-In pings sent one at a time, each when the last is
 	 * answered; pings_sent 0 when none is going on */
 	int pings_sent;
+	struct late late;
+	/* late-abort: the READ left unanswered, until its ABORT TASK */
+	bool abort_wait;
+	uint32_t abort_itt, abort_rstag, abort_len;
+	uint64_t abort_rva, abort_off;
+	/* logout-ping: disconnect at disc_due */
+	bool disc_on;
+	struct timespec disc_due;
+	struct early early[NEARLY];
 };
 
 /* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
@@ -129,6 +189,22 @@ static long long fire_lba = -1;
  * that comes after) must not fire the next mode.
  */
 static bool primed;
+/* logout-ping: armed by its trigger READ, fired by the next NOP-Out ping */
+static bool nop_armed;
+/*
+ * -u N: negotiate InitialR2T=No and ImmediateData=Yes, declare
+ * MaxRecvDataSegmentLength=N, first and largest burst FIRST_BURST: a WRITE
+ * comes as immediate data and unsolicited Data-Outs of N bytes. 0: off.
+ */
+static uint32_t unsol_mrdsl;
+#define FIRST_BURST 262144u
+/*
+ * Scratch memory after the disk, in its MR: a page for INQUIRY and
+ * friends, then room for what a late RDMA READ brings.
+ */
+#define SCRATCH_LATE 4096u
+#define LATE_MAX (1u << 20)
+#define SCRATCH (SCRATCH_LATE + LATE_MAX)
 static bool verbose;
 static uint8_t *disk;
 static size_t disk_size = 64u << 20;
@@ -208,6 +284,57 @@ static bool login_mode(enum mode m)
 static bool armed(enum mode m)
 {
 	return mode == m;
+}
+
+/* Modes that a WRITE at the trigger block fires (after the priming READ). */
+static bool write_mode(enum mode m)
+{
+	return m == M_LATE_READ || m == M_EARLY_STATUS;
+}
+
+static void ts_after(struct timespec *t, long ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+	t->tv_sec += ms / 1000;
+	t->tv_nsec += (ms % 1000) * 1000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Milliseconds until t (0 when it is past). */
+static long ms_until(const struct timespec *t)
+{
+	struct timespec now;
+	long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (t->tv_sec - now.tv_sec) * 1000 + (t->tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : ms;
+}
+
+/*
+ * The stamp pattern (-P): each 512-byte block of the disk at block LBA is
+ * "evil %010llu\n" (16 bytes, LBA in decimal) 32 times. hostile.sh writes
+ * it for early-status, so that the target can tell the command's own bytes
+ * from anything else in its Data-Outs.
+ */
+static uint8_t stamp_byte(uint64_t pos)
+{
+	char s[32];
+
+	snprintf(s, sizeof(s), "evil %010llu\n", (unsigned long long)(pos / BLOCK % 10000000000ull));
+	return (uint8_t)s[pos % 16];
+}
+
+/* The first byte of data (at disk offset pos) that is not the stamp, or -1. */
+static long stamp_mismatch(const uint8_t *data, uint64_t pos, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if (data[i] != stamp_byte(pos + i))
+			return i;
+	return -1;
 }
 
 static uint32_t be32(const uint8_t *p)
@@ -425,6 +552,82 @@ static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
 	return ret ? -1 : 0;
 }
 
+/*
+ * late-write, late-read, late-abort: 50 ms from now, use a STag the
+ * initiator gave for a command that has ended since (an RDMA WRITE of the
+ * bytes at disk offset src, or an RDMA READ into scratch memory).
+ */
+static void late_arm(struct conn *c, bool write, uint32_t rkey, uint64_t va, uint32_t len,
+		     uint64_t src)
+{
+	c->late = (struct late){
+		.on = true, .write = write, .rkey = rkey, .va = va,
+		.len = len < LATE_MAX ? len : LATE_MAX, .src = src,
+	};
+	ts_after(&c->late.due, 50);
+	printf("evil: late %s armed: rkey 0x%08x va 0x%llx, %u bytes, in 50 ms\n",
+	       write ? "write" : "read", rkey, (unsigned long long)va, c->late.len);
+	fflush(stdout);
+}
+
+static void late_post(struct conn *c)
+{
+	struct late *l = &c->late;
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(disk + (l->write ? l->src : disk_size + SCRATCH_LATE)),
+		.length = l->len,
+		.lkey = c->disk_mr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = WRID(WR_LATE, l->write),
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = l->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { .remote_addr = l->va, .rkey = l->rkey },
+	};
+	struct ibv_send_wr *bad;
+	int ret;
+
+	l->on = false;
+	if (c->closing) {
+		printf("evil: late %s not tried: the connection is closing\n",
+		       l->write ? "write" : "read");
+		fflush(stdout);
+		return;
+	}
+	if (!l->write)
+		memset(disk + disk_size + SCRATCH_LATE, 0, l->len);
+	ret = ibv_post_send(c->id->qp, &wr, &bad);
+	if (ret) {
+		printf("evil: late %s not posted: %s\n", l->write ? "write" : "read", strerror(ret));
+		fflush(stdout);
+	}
+}
+
+/* The completion of a late access: did the initiator refuse it? */
+static void late_done(struct conn *c, struct ibv_wc *wc, bool write)
+{
+	const char *what = write ? "write" : "read";
+
+	if (wc->status == IBV_WC_SUCCESS) {
+		printf("evil: late %s completed", what);
+		if (!write)
+			printf(" (the bytes read are %s the command wrote)",
+			       memcmp(disk + disk_size + SCRATCH_LATE, disk + c->late.src,
+				      c->late.len) ? "not what" : "what");
+		printf("\n");
+	} else if (wc->status == IBV_WC_WR_FLUSH_ERR) {
+		printf("evil: late %s not tried: the QP was in error already\n", what);
+	} else {
+		printf("evil: late %s refused (status %d: %s)\n", what, wc->status,
+		       ibv_wc_status_str(wc->status));
+	}
+	fflush(stdout);
+	if (wc->status != IBV_WC_SUCCESS)
+		c->closing = true;	/* the QP is in error: drop the connection */
+}
+
 static void put_text(uint8_t *d, size_t *len, const char *key, const char *val)
 {
 	*len += (size_t)sprintf((char *)d + *len, "%s=%s", key, val) + 1;
@@ -469,19 +672,34 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 		    !strcmp(kv, "InitiatorRecvDataSegmentLength") ||
 		    !strcmp(kv, "TargetRecvDataSegmentLength"))
 			continue;
-		if (!strcmp(kv, "AuthMethod"))
+		if (!strcmp(kv, "AuthMethod")) {
 			put_text(d, &len, kv, "None");
-		else if (!strcmp(kv, "ImmediateData"))
-			put_text(d, &len, kv, "No");
-		else if (!strcmp(kv, "InitialR2T"))
-			put_text(d, &len, kv, "Yes");
-		else
+		} else if (!strcmp(kv, "ImmediateData")) {
+			put_text(d, &len, kv, unsol_mrdsl ? eq + 1 : "No");
+		} else if (!strcmp(kv, "InitialR2T")) {
+			put_text(d, &len, kv, unsol_mrdsl ? eq + 1 : "Yes");
+		} else if (unsol_mrdsl && (!strcmp(kv, "FirstBurstLength") ||
+					   !strcmp(kv, "MaxBurstLength"))) {
+			char v[16];
+			unsigned long n = strtoul(eq + 1, NULL, 0);
+
+			snprintf(v, sizeof(v), "%lu", n < FIRST_BURST ? n : FIRST_BURST);
+			put_text(d, &len, kv, v);
+		} else {
 			put_text(d, &len, kv, eq + 1);
+		}
 	}
 	if (csg == 0)
 		put_text(d, &len, "TargetPortalGroupTag", "1");
-	if (csg == 1)
+	if (csg == 1 && unsol_mrdsl) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "%u", unsol_mrdsl);
+		put_text(d, &len, "MaxRecvDataSegmentLength", v);
+		put_text(d, &len, "TargetRecvDataSegmentLength", v);
+	} else if (csg == 1) {
 		put_text(d, &len, "TargetRecvDataSegmentLength", "8192");
+	}
 	put24(r + 5, len);
 	set_sn(c, r, true);
 	if (armed(M_LOGIN_LONG)) {
@@ -591,6 +809,54 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 	case M_UNKNOWN_ITT:
 		send_rsp(c, 0x00ff7777, 0, 0, 0, 0, false, 0);
 		break;
+	case M_DATA_IN:
+	case M_R2T:
+		/*
+		 * The PDUs iSER replaces with RDMA: a Data-In carrying the
+		 * READ's status (F and S bits), or an R2T asking for 4 KiB.
+		 */
+		i = tx_get(c);
+		if (i < 0)
+			return;
+		p = pdu_start(c, i);
+		bhs = p + ISER_HDR;
+		put32(bhs + 16, itt);
+		if (m == M_DATA_IN) {
+			bhs[0] = 0x25;
+			bhs[1] = 0x81;
+			put32(bhs + 20, 0xffffffff);
+			set_sn(c, bhs, true);
+		} else {
+			bhs[0] = 0x31;
+			bhs[1] = 0x80;
+			put32(bhs + 20, 0x31000000);	/* TTT */
+			set_sn(c, bhs, false);
+			put32(bhs + 44, 4096);		/* Desired Data Transfer Length */
+		}
+		tx_post(c, i, HDRS, 0, false);
+		break;
+	case M_REJECT:
+		/*
+		 * A Reject (protocol error) of the READ's command, its header
+		 * in the data segment; the READ stays unanswered.
+		 */
+		i = tx_get(c);
+		if (i < 0)
+			return;
+		p = pdu_start(c, i);
+		bhs = p + ISER_HDR;
+		bhs[0] = 0x3f;
+		bhs[1] = 0x80;
+		bhs[2] = 0x04;
+		put24(bhs + 5, BHS);
+		put32(bhs + 16, 0xffffffff);
+		set_sn(c, bhs, true);
+		memset(p + HDRS, 0, BHS);
+		p[HDRS] = 0x01;
+		p[HDRS + 1] = 0xc0;
+		put32(p + HDRS + 16, itt);
+		tx_post(c, i, HDRS + BHS, 0, false);
+		break;
 	case M_STALE_ITT:
 		/* The real response, then the same one again. */
 		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
@@ -660,7 +926,69 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 }
 
 /* A SCSI command: a tiny disk. Returns after the response is posted. */
-static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
+/*
+ * A WRITE's data is all in the disk: answer it. late-read: with a plain
+ * SEND, and RDMA-READ its write STag again 50 ms later.
+ */
+static void write_done(struct conn *c, struct pend *pe)
+{
+	pe->used = false;
+	if (pe->late) {
+		send_rsp(c, pe->itt, 0, 0, 0, 0, false, 0);
+		late_arm(c, false, pe->stag, pe->va, pe->rdma_len, pe->off + pe->len - pe->rdma_len);
+		return;
+	}
+	send_rsp(c, pe->itt, 0, 0, 0, 0, pe->stag != 0, pe->stag);
+}
+
+/*
+ * A Data-Out: unsolicited data of a WRITE that waits for it, or (early-status)
+ * one for a WRITE already answered, whose bytes must still be its own.
+ */
+static void do_dataout(struct conn *c, uint8_t *bhs, const uint8_t *data, uint32_t dlen)
+{
+	uint32_t itt = be32(bhs + 16), boff = be32(bhs + 40);
+	int i;
+
+	for (i = 0; i < NEARLY; i++) {
+		struct early *e = &c->early[i];
+		long bad;
+
+		if (!e->used || e->itt != itt)
+			continue;
+		bad = stamp_mismatch(data, e->off + boff, dlen);
+		printf("evil: Data-Out after status itt=0x%08x offset=%u len=%u%s\n", itt, boff,
+		       dlen, bhs[1] & 0x80 ? " final" : "");
+		if (bad >= 0)
+			printf("evil: foreign data in Data-Out itt=0x%08x offset=%u at byte %ld\n",
+			       itt, boff, bad);
+		fflush(stdout);
+		return;
+	}
+	for (i = 0; i < NPEND; i++) {
+		struct pend *pe = &c->pend[i];
+
+		if (!pe->used || !pe->write || pe->itt != itt)
+			continue;
+		if ((uint64_t)boff + dlen > pe->len - pe->rdma_len || dlen > pe->unsol_left) {
+			printf("evil: Data-Out itt=0x%08x offset=%u len=%u outside the first burst\n",
+			       itt, boff, dlen);
+			fflush(stdout);
+			c->closing = true;
+			return;
+		}
+		memcpy(disk + pe->off + boff, data, dlen);
+		pe->unsol_left -= dlen;
+		if (!pe->unsol_left && !pe->rdma_busy)
+			write_done(c, pe);
+		return;
+	}
+	printf("evil: Data-Out for an unknown itt=0x%08x offset=%u\n", itt, boff);
+	fflush(stdout);
+}
+
+static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *data,
+		    uint32_t imm)
 {
 	uint32_t itt = be32(bhs + 16), edtl = be32(bhs + 20);
 	uint8_t *cdb = bhs + 32;
@@ -674,6 +1002,10 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 
 	if (!immediate)
 		c->exp_cmdsn = be32(bhs + 24) + 1;
+	/* early-status: a new command with that ITT: the old one is over. */
+	for (int e = 0; e < NEARLY; e++)
+		if (c->early[e].used && c->early[e].itt == itt)
+			c->early[e].used = false;
 	if (c->silent)
 		return;
 	switch (cdb[0]) {
@@ -752,6 +1084,7 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 	case 0x28: case 0x88: {
 		uint64_t off = lba * BLOCK;
 		uint32_t len = blocks * BLOCK;
+		bool trig;
 
 		if (off + len > disk_size || len != edtl || !(flags & 0x04)) {
 			send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
@@ -760,9 +1093,15 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 		c->reads++;
 		if (fire_lba >= 0 && (long long)lba == fire_lba - 8)
 			primed = true;
-		if (mode != M_NONE && !login_mode(mode) &&
-		    (fire_lba >= 0 ? (primed && (long long)lba == fire_lba) || c->has_held :
-				     c->reads >= fire_at)) {
+		trig = fire_lba >= 0 ? primed && (long long)lba == fire_lba : c->reads >= fire_at;
+		if (mode == M_LOGOUT_PING && trig) {
+			/* Served normally; the next NOP-Out ping fires it. */
+			primed = false;
+			nop_armed = true;
+			printf("evil: logout-ping armed: the next NOP-Out ping gets a Logout Response\n");
+			fflush(stdout);
+		} else if (mode != M_NONE && !login_mode(mode) && !write_mode(mode) &&
+			   mode != M_LOGOUT_PING && (trig || c->has_held)) {
 			primed = false;
 			if (mode == M_SILENT || mode == M_SILENT_ALL) {
 				c->silent = true;
@@ -773,6 +1112,29 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 			if (mode == M_DROP) {
 				fire();
 				rdma_disconnect(c->id);
+				return;
+			}
+			if (mode == M_LATE_ABORT) {
+				/* No answer, no data: wait for its ABORT TASK. */
+				fire();
+				c->abort_wait = true;
+				c->abort_itt = itt;
+				c->abort_rstag = rstag;
+				c->abort_rva = rva;
+				c->abort_len = len;
+				c->abort_off = off;
+				printf("evil: late-abort: READ itt 0x%08x left unanswered\n", itt);
+				fflush(stdout);
+				return;
+			}
+			if (mode == M_LATE_WRITE) {
+				/* The data, a plain SEND (no invalidation), then later
+				 * the same data again with the READ's rkey. */
+				if (rdma_op(c, true, rstag, rva, off, len, 0))
+					return;
+				fire();
+				send_rsp(c, itt, 0, 0, 0, 0, false, 0);
+				late_arm(c, true, rstag, rva, len, off);
 				return;
 			}
 			if (mode == M_INV_OTHER) {
@@ -813,11 +1175,52 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 	case 0x2a: case 0x8a: {
 		uint64_t off = lba * BLOCK;
 		uint32_t len = blocks * BLOCK;
+		/* InitialR2T=No: the first burst comes unasked. */
+		uint32_t unsol = unsol_mrdsl ? (len < FIRST_BURST ? len : FIRST_BURST) : 0;
+		bool wsv = flags & 0x08, late = false;
 		int pi;
 
-		if (off + len > disk_size || len != edtl || !(flags & 0x08)) {
+		if (off + len > disk_size || len != edtl || imm > len ||
+		    (imm && !unsol_mrdsl) || (unsol < imm) || (len > unsol && !wsv)) {
+			printf("evil: WRITE itt 0x%08x refused: %u bytes, %u immediate, write STag %s\n",
+			       itt, len, imm, wsv ? "valid" : "none");
+			fflush(stdout);
 			send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
 			return;
+		}
+		if (write_mode(mode) && fire_lba >= 0 && primed && (long long)lba == fire_lba) {
+			primed = false;
+			if (mode == M_EARLY_STATUS) {
+				/*
+				 * CHECK CONDITION at once; its Data-Outs, still
+				 * to come, are looked at when they arrive.
+				 */
+				long bad = stamp_mismatch(data, off, imm);
+				int e;
+
+				fire();
+				send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
+				for (e = 0; e < NEARLY && c->early[e].used; e++)
+					;
+				if (e == NEARLY)
+					e = 0;
+				c->early[e] = (struct early){ .used = true, .itt = itt, .off = off };
+				printf("evil: early-status: WRITE itt 0x%08x answered, %u bytes, %u immediate, %u unsolicited\n",
+				       itt, len, imm, unsol);
+				if (bad >= 0)
+					printf("evil: foreign data in the immediate data itt=0x%08x offset=%ld\n",
+					       itt, bad);
+				fflush(stdout);
+				return;
+			}
+			if (mode == M_LATE_READ && len > unsol) {
+				fire();
+				late = true;
+			} else {
+				printf("evil: %s: the trigger WRITE has no data to pull: not fired\n",
+				       mode_names[mode]);
+				fflush(stdout);
+			}
 		}
 		pi = pend_new(c);
 		if (pi < 0) {
@@ -825,11 +1228,24 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs)
 			return;
 		}
 		c->pend[pi].itt = itt;
-		c->pend[pi].stag = wstag;
+		c->pend[pi].stag = wsv ? wstag : 0;
+		c->pend[pi].va = wva;
 		c->pend[pi].write = true;
 		c->pend[pi].len = len;
-		if (rdma_op(c, false, wstag, wva, off, len, pi))
-			c->pend[pi].used = false;
+		c->pend[pi].off = off;
+		c->pend[pi].unsol_left = unsol - imm;
+		c->pend[pi].rdma_len = len - unsol;
+		c->pend[pi].late = late;
+		memcpy(disk + off, data, imm);
+		if (len > unsol) {
+			c->pend[pi].rdma_busy = true;
+			if (rdma_op(c, false, wstag, wva, off + unsol, len - unsol, pi)) {
+				c->pend[pi].used = false;
+				return;
+			}
+		}
+		if (!c->pend[pi].unsol_left && !c->pend[pi].rdma_busy)
+			write_done(c, &c->pend[pi]);
 		return;
 	}
 	default:
@@ -858,12 +1274,27 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		do_login(c, bhs, p + HDRS, dlen);
 		break;
 	case 0x01:
-		do_scsi(c, p, bhs);
+		do_scsi(c, p, bhs, p + HDRS, dlen);
+		break;
+	case 0x05:	/* SCSI Data-Out */
+		do_dataout(c, bhs, p + HDRS, dlen);
 		break;
 	case 0x00:	/* NOP-Out */
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
-		if (be32(bhs + 16) != 0xffffffff)
+		if (be32(bhs + 16) != 0xffffffff && armed(M_LOGOUT_PING) && nop_armed) {
+			/*
+			 * A ping from the initiator (a real ITT): answer it with
+			 * a Logout Response, and hang up 100 ms later.
+			 */
+			nop_armed = false;
+			fire();
+			send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
+			c->disc_on = true;
+			ts_after(&c->disc_due, 100);
+			printf("evil: Logout Response sent for NOP-Out itt 0x%08x\n", be32(bhs + 16));
+			fflush(stdout);
+		} else if (be32(bhs + 16) != 0xffffffff)
 			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
 		else
 			ping_answered(c, be32(bhs + 20));
@@ -894,6 +1325,12 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		put32(r + 16, be32(bhs + 16));
 		set_sn(c, r, true);
 		tx_post(c, i, HDRS, 0, false);
+		if (fn == 1 && c->abort_wait && be32(bhs + 20) == c->abort_itt) {
+			/* late-abort: the aborted READ's rkey, 50 ms from now */
+			c->abort_wait = false;
+			printf("evil: late-abort: ABORT TASK for itt 0x%08x answered\n", c->abort_itt);
+			late_arm(c, true, c->abort_rstag, c->abort_rva, c->abort_len, c->abort_off);
+		}
 		break;
 	}
 	case 0x04:	/* Text: nothing to say */
@@ -920,6 +1357,10 @@ static void handle_wc(struct conn *c, struct ibv_wc *wc)
 		c->tx_busy[idx] = false;
 		c->tx_inflight--;
 	}
+	if (kind == WR_LATE) {
+		late_done(c, wc, idx);
+		return;
+	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			fprintf(stderr, "evil: completion %u:%u failed: %s\n", kind, idx,
@@ -937,8 +1378,9 @@ static void handle_wc(struct conn *c, struct ibv_wc *wc)
 		struct pend *pe = &c->pend[idx];
 
 		/* The data is in the disk now: only then report it written. */
-		pe->used = false;
-		send_rsp(c, pe->itt, 0, 0, 0, 0, true, pe->stag);
+		pe->rdma_busy = false;
+		if (!pe->unsol_left)
+			write_done(c, pe);
 		break;
 	}
 	default:
@@ -994,7 +1436,7 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 		goto fail;
 	c->rx_mr = ibv_reg_mr(c->pd, c->rx, (size_t)NRX * RX_SIZE, IBV_ACCESS_LOCAL_WRITE);
 	c->tx_mr = ibv_reg_mr(c->pd, c->tx, (size_t)NTX * TX_SIZE, 0);
-	c->disk_mr = ibv_reg_mr(c->pd, disk, disk_size + 4096, IBV_ACCESS_LOCAL_WRITE);
+	c->disk_mr = ibv_reg_mr(c->pd, disk, disk_size + SCRATCH, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->rx_mr || !c->tx_mr || !c->disk_mr)
 		goto fail;
 	qa.send_cq = c->cq;
@@ -1036,7 +1478,8 @@ fail:
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-v]\nmodes:");
+	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-u MRDSL] [-v]\n"
+		"       iser-evil -P LBA:BLOCKS   (prints the stamp pattern of those blocks)\nmodes:");
 	for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
 		fprintf(stderr, " %s", mode_names[i]);
 	fprintf(stderr, "\n");
@@ -1050,8 +1493,18 @@ int main(int argc, char **argv)
 	const char *addr = NULL;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:v")) != -1) {
+	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:u:P:v")) != -1) {
 		switch (opt) {
+		case 'u': unsol_mrdsl = (uint32_t)atoi(optarg); break;
+		case 'P': {
+			unsigned long long lba, n;
+
+			if (sscanf(optarg, "%llu:%llu", &lba, &n) != 2)
+				usage();
+			for (unsigned long long b = lba * BLOCK; b < (lba + n) * BLOCK; b++)
+				putchar(stamp_byte(b));
+			return fflush(stdout) ? 1 : 0;
+		}
 		case 'a': addr = optarg; break;
 		case 'p': sin.sin_port = htons((uint16_t)atoi(optarg)); break;
 		case 'k': fire_at = atoi(optarg); break;
@@ -1077,11 +1530,13 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
-	if (!addr || inet_pton(AF_INET, addr, &sin.sin_addr) != 1 || disk_size < (1u << 20))
+	if (!addr || inet_pton(AF_INET, addr, &sin.sin_addr) != 1 || disk_size < (1u << 20) ||
+	    (unsol_mrdsl && (unsol_mrdsl < 512 || unsol_mrdsl > MAX_DSL)))
 		usage();
 	signal(SIGPIPE, SIG_IGN);
-	/* The disk, and a page of scratch after it for INQUIRY and friends. */
-	disk = calloc(1, disk_size + 4096);
+	/* The disk, and scratch after it for INQUIRY and friends (a page) and
+	 * for late RDMA READs. */
+	disk = calloc(1, disk_size + SCRATCH);
 	ec = rdma_create_event_channel();
 	if (!disk || !ec || rdma_create_id(ec, &listen_id, NULL, RDMA_PS_TCP) ||
 	    rdma_bind_addr(listen_id, (struct sockaddr *)&sin) || rdma_listen(listen_id, 4)) {
@@ -1095,7 +1550,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	for (;;) {
 		struct pollfd fds[2] = { { .fd = ec->fd, .events = POLLIN } };
-		int nfds = 1;
+		int nfds = 1, timeout = 1000;
 
 		if (cur) {
 			fds[1].fd = cur->ch->fd;
@@ -1105,12 +1560,33 @@ int main(int argc, char **argv)
 				cur->closing = true;
 			if (poll_cq(cur, false))
 				cur->closing = true;
+			/* What waits for a time: a late access, a hang-up. */
+			if (cur->late.on) {
+				long ms = ms_until(&cur->late.due);
+
+				if (!ms)
+					late_post(cur);
+				else if (ms < timeout)
+					timeout = (int)ms;
+			}
+			if (cur->disc_on) {
+				long ms = ms_until(&cur->disc_due);
+
+				if (!ms) {
+					cur->disc_on = false;
+					cur->closing = true;
+					printf("evil: disconnecting after the Logout Response\n");
+					fflush(stdout);
+				} else if (ms < timeout) {
+					timeout = (int)ms;
+				}
+			}
 		}
 		if (cur && cur->closing && !cur->disconnecting) {
 			cur->disconnecting = true;
 			rdma_disconnect(cur->id);
 		}
-		if (poll(fds, nfds, 1000) < 0 && errno != EINTR)
+		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
 			return 1;
 		if (cur && (fds[1].revents & POLLIN)) {
 			struct ibv_cq *cq;
