@@ -120,11 +120,10 @@ noop_node() {
 
 # Why LIO refuses a login that CHAP does not pass (iscsi_target_nego.c):
 # no CHAP offered, or a response that does not match the secret. iscsiadm
-# then exits with ISCSI_ERR_LOGIN_AUTH_FAILED (open-iscsi's 24); a refusal
-# is quick, so 60 s bound it (a stall until the login timeouts is not it).
+# must then exit with ISCSI_ERR_LOGIN_AUTH_FAILED (24), within 60 s
+# (expect_login_refused, target.sh).
 LIO_NO_AUTH='Initiator sent AuthMethod=None but Target is enforcing iSCSI Authentication|has not been successfully authenticated'
 LIO_AUTH_FAILED='Security negotiation failed'
-ISCSI_ERR_LOGIN_AUTH_FAILED=24
 
 plan 54
 
@@ -166,11 +165,11 @@ sleep 12
 check "A: idle 12 s with NOP-Outs every 1 s and NOP-Ins every 5 s: still logged in" still_logged_in $A
 check "A: no connection failure while idle" no_conn_failure
 check "A: I/O after the NOP exchange" fio_verify "$DA" randwrite 4k 4 1M
-ISCSI_TIMEOUT=45 expect_refused "B: login without CHAP refused (iscsiadm: authorization failure; LIO: no CHAP)" \
-	$ISCSI_ERR_LOGIN_AUTH_FAILED "$LIO_NO_AUTH" 60 iscsi_login $B $IP
+expect_login_refused "B: login without CHAP refused (iscsiadm: authorization failure; LIO: no CHAP)" \
+	"$LIO_NO_AUTH" $B $IP
 check "B: CHAP secret (wrong) in the node record" iscsi_chap $B $IP alice wrongpassword1
-ISCSI_TIMEOUT=45 expect_refused "B: login with a wrong CHAP secret refused (iscsiadm: authorization failure; LIO: security negotiation failed)" \
-	$ISCSI_ERR_LOGIN_AUTH_FAILED "$LIO_AUTH_FAILED" 60 iscsi_login $B $IP
+expect_login_refused "B: login with a wrong CHAP secret refused (iscsiadm: authorization failure; LIO: security negotiation failed)" \
+	"$LIO_AUTH_FAILED" $B $IP
 check "B: CHAP secret (right) in the node record" iscsi_chap $B $IP alice secretsecret12
 # After refused logins, iscsid's next login to the same target can stall
 # until its login timeout (seen with the C ib_iser too, see testing.md):

@@ -142,24 +142,35 @@ expect_fail() {
 # a refused login: iscsiadm's ISCSI_ERR_LOGIN_AUTH_FAILED (24) and LIO's
 # line saying why. Any other status, a hang, or the line missing: not ok.
 expect_refused() {
-	local what=$1 want=$2 pattern=$3 secs=$4 rc mark lines why=
+	local what=$1 want=$2 pattern=$3 secs=$4
 	shift 4
+	_refused "$want" "$pattern" "$secs" "$@"
+	_refused_tap "$what"
+}
+# _refused STATUS PATTERN SECONDS CMD...: one try; leaves in REFUSED_WHY why
+# it was not the refusal named (empty when it was), and in REFUSED_RC and
+# REFUSED_MARK the status and the window's marker.
+_refused() {
+	local want=$1 pattern=$2 secs=$3 lines
+	shift 3
 	kmsg_mark
-	mark=$MARK
+	REFUSED_MARK=$MARK REFUSED_WHY=
 	bounded "$secs" "$@" >>"$RISER_OUT/guest.log" 2>&1
-	rc=$?
-	if [ "$rc" != "$want" ]; then
-		why="exit status $rc, not $want"
-	elif ! lines=$(kernel_after_mark "$mark"); then
-		why="the window's marker is not in the kernel log"
+	REFUSED_RC=$?
+	if [ "$REFUSED_RC" != "$want" ]; then
+		REFUSED_WHY="exit status $REFUSED_RC, not $want"
+	elif ! lines=$(kernel_after_mark "$REFUSED_MARK"); then
+		REFUSED_WHY="the window's marker is not in the kernel log"
 	elif ! grep -Eq "$pattern" <<<"$lines"; then
-		why="no kernel line matches '$pattern'"
+		REFUSED_WHY="no kernel line matches '$pattern'"
 	fi
-	if [ -z "$why" ]; then
-		echo "ok - $what" >>"$TAP"
+}
+_refused_tap() {
+	if [ -z "$REFUSED_WHY" ]; then
+		echo "ok - $1" >>"$TAP"
 	else
-		echo "not ok - $what" >>"$TAP"
-		echo "#   $why" >>"$TAP"
+		echo "not ok - $1" >>"$TAP"
+		echo "#   $REFUSED_WHY" >>"$TAP"
 	fi
 }
 
@@ -345,7 +356,7 @@ kmemleak_clear() {
 kmemleak_scan() {
 	local f
 	f=$(_kmemleak_file) || return 1
-	echo scan >"$f" || { echo "kmemleak refused the scan (turned off?)"; return 1; }
+	echo scan >"$f" || { echo "kmemleak refused the scan (turned off?)" >&2; return 1; }
 }
 
 # kmemleak_report FILE: scan (twice, as kmemleak wants objects seen

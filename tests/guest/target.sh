@@ -515,6 +515,30 @@ login_retry() {
 }
 _lio_login_stalled() { kernel_after_mark "$1" | grep -m1 -E "$LIO_LOGIN_STALL"; }
 
+# ISCSI_ERR_LOGIN_AUTH_FAILED: iscsiadm's status for a login the target
+# refused for authentication (open-iscsi's include/iscsi_err.h).
+ISCSI_ERR_LOGIN_AUTH_FAILED=24
+
+# expect_login_refused DESCRIPTION PATTERN IQN IP: the login must be refused
+# for authentication: iscsiadm exits with ISCSI_ERR_LOGIN_AUTH_FAILED within
+# 60 s and LIO logs a line matching PATTERN (its reason). A try that
+# instead stalled on LIO's known login stall (above; iscsiadm then gives up
+# with a PDU timeout, 11) is tried again, three tries at most, each retry a
+# "# retry:" TAP line; anything else is not ok at once.
+expect_login_refused() {
+	local what=$1 pattern=$2 try line
+	shift 2
+	for try in 1 2 3; do
+		ISCSI_TIMEOUT=45 _refused "$ISCSI_ERR_LOGIN_AUTH_FAILED" "$pattern" 60 iscsi_login "$@"
+		[ -n "$REFUSED_WHY" ] && [ "$try" -lt 3 ] || break
+		[ "$REFUSED_RC" != "$ISCSI_ERR_LOGIN_AUTH_FAILED" ] || break
+		_wait_for 20 _lio_login_stalled "$REFUSED_MARK" >/dev/null || break
+		line=$(_lio_login_stalled "$REFUSED_MARK")
+		echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC on LIO's known login stall: ${line:0:120}" >>"$TAP"
+	done
+	_refused_tap "$what"
+}
+
 # iscsi_login_portal IP IFACE IQN...: log in through IFACE to every target
 # whose node record names IP, all at once; a node record is made for each
 # IQN that has none (discovery through the iface "default" makes none).
