@@ -604,6 +604,10 @@ struct Res {
     /// Command SENDs whose PDU went inline: one in `signal_interval` is
     /// signaled (`proto::sizing::signal_interval`).
     inline_sends: AtomicU32,
+    /// Registrations the target invalidated with its response, and those
+    /// riser invalidated itself (LOCAL_INV) before completing the command.
+    remote_invs: AtomicU64,
+    local_invs: AtomicU64,
     signal_interval: u32,
 }
 
@@ -780,6 +784,8 @@ impl Res {
             ff_posted: AtomicBool::new(false),
             remote_inv,
             inline_sends: AtomicU32::new(0),
+            remote_invs: AtomicU64::new(0),
+            local_invs: AtomicU64::new(0),
             signal_interval: sizing::signal_interval(sizing.max_cmds),
         })
     }
@@ -1262,6 +1268,7 @@ impl Res {
             return Ok(None);
         }
         if invalidated {
+            self.remote_invs.fetch_add(1, Ordering::Relaxed);
             return Ok(f.mr.take().map(|(_, r)| r));
         }
         if let Some(m) = f.mr.as_mut() {
@@ -1275,6 +1282,7 @@ impl Res {
     /// Posts the signaled LOCAL_INV of MR `idx`, already marked
     /// `Invalidating`.
     fn invalidate(&self, idx: u32) -> core::result::Result<(), &'static str> {
+        self.local_invs.fetch_add(1, Ordering::Relaxed);
         self.conn
             .post_send(&[SendOp::LocalInv {
                 mr: idx,
@@ -1422,6 +1430,20 @@ impl IserConn {
                 Addr(self.dst),
                 texts
             );
+        }
+        if let Some(res) = self.res() {
+            let (remote, local) = (
+                res.remote_invs.load(Ordering::Relaxed),
+                res.local_invs.load(Ordering::Relaxed),
+            );
+            if remote + local > 0 {
+                pr_info!(
+                    "connection to {}: {} registrations invalidated by the target, {} by riser\n",
+                    Addr(self.dst),
+                    remote,
+                    local
+                );
+            }
         }
         let n = self.unreg_cmds.swap(0, Ordering::Relaxed);
         if n > 0 {
