@@ -52,7 +52,8 @@ evil_stop() {
 	EVIL_PID=
 }
 
-evil_fired() { _wait_for 30 grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
+# evil_fired LOG MODE [SECONDS]: the target says MODE fired (within 30 s).
+evil_fired() { _wait_for "${3:-30}" grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
 # evil_mark LOG: what the target said from now on is what evil_since shows.
 evil_mark() { EVIL_MARK=$(wc -l <"$RISER_OUT/$1.log"); }
 evil_since() { tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log"; }
@@ -139,7 +140,8 @@ trigger() {
 		status=none
 	wait "$t"
 	RC_FIRE=$?
-	echo "trigger $1: prime $RC_PRIME, fire $RC_FIRE, side $RC_SIDE, write $RC_WRITE"
+	uptime_now
+	echo "trigger $1: prime $RC_PRIME, fire $RC_FIRE, side $RC_SIDE, write $RC_WRITE; done at $UPTIME"
 }
 
 # no_hang: no trigger command was stopped by its 150 s timeout.
@@ -243,7 +245,9 @@ ffp() {
 	# 5 s without a PDU from the target.
 	[ "$mode" != logout-ping ] || fio_signal STOP
 	trigger "$mode" >>"$RISER_OUT/guest.log" 2>&1
-	check "$mode: the target misbehaved" evil_fired ffp "$mode"
+	# (logout-ping fires on the first ping: 5 s after the trigger went
+	# idle and up to 5 s more, seen 15 s; under TCG more.)
+	check "$mode: the target misbehaved" evil_fired ffp "$mode" 60
 	t0=$SECONDS
 	check "$mode: no trigger command hung" no_hang
 	if [ -n "$pattern" ]; then
@@ -469,6 +473,11 @@ early_write() {
 }
 no_foreign_data() {
 	local log=$RISER_OUT/unsol.log
+	# The Data-Outs come after the status, and after dd saw it: wait for
+	# the last one (or 30 s, should the initiator stop sending).
+	_wait_for 30 grep -q "^evil: Data-Out after status .* final\$" "$log" ||
+		echo "no final Data-Out within 30 s"
+	nap 2
 	echo "Data-Outs after the status: $(grep -c "^evil: Data-Out after status" "$log")"
 	! grep "^evil: foreign data" "$log"
 }

@@ -213,6 +213,7 @@ static struct rdma_event_channel *ec;
 
 static struct conn *conn_new(struct rdma_cm_event *ev);
 static void logv(const char *fmt, ...);
+static double now_s(void);
 
 /*
  * Handles the CM events that are there, without waiting. Called from the
@@ -240,7 +241,7 @@ static void cm_poll(void)
 			cur = conn_new(ev);
 			rdma_ack_cm_event(ev);
 			if (cur)
-				printf("evil: connection accepted\n");
+				printf("evil: connection accepted at %.3f\n", now_s());
 			fflush(stdout);
 			continue;
 		}
@@ -248,7 +249,7 @@ static void cm_poll(void)
 		if (cur && id == cur->id && !cur->dead &&
 		    (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
 		     t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_UNREACHABLE)) {
-			printf("evil: connection closed (%s)\n", rdma_event_str(t));
+			printf("evil: connection closed (%s) at %.3f\n", rdma_event_str(t), now_s());
 			fflush(stdout);
 			cur->dead = true;
 			cur->closing = true;
@@ -290,6 +291,15 @@ static bool armed(enum mode m)
 static bool write_mode(enum mode m)
 {
 	return m == M_LATE_READ || m == M_EARLY_STATUS;
+}
+
+/* Seconds since boot (CLOCK_MONOTONIC), to compare with dmesg's stamps. */
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 static void ts_after(struct timespec *t, long ms)
@@ -959,9 +969,13 @@ static void do_dataout(struct conn *c, uint8_t *bhs, const uint8_t *data, uint32
 		bad = stamp_mismatch(data, e->off + boff, dlen);
 		printf("evil: Data-Out after status itt=0x%08x offset=%u len=%u%s\n", itt, boff,
 		       dlen, bhs[1] & 0x80 ? " final" : "");
-		if (bad >= 0)
-			printf("evil: foreign data in Data-Out itt=0x%08x offset=%u at byte %ld\n",
+		if (bad >= 0) {
+			printf("evil: foreign data in Data-Out itt=0x%08x offset=%u at byte %ld:",
 			       itt, boff, bad);
+			for (long b = bad; b < bad + 16 && b < (long)dlen; b++)
+				printf(" %02x", data[b]);
+			printf("\n");
+		}
 		fflush(stdout);
 		return;
 	}
@@ -1098,7 +1112,8 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			/* Served normally; the next NOP-Out ping fires it. */
 			primed = false;
 			nop_armed = true;
-			printf("evil: logout-ping armed: the next NOP-Out ping gets a Logout Response\n");
+			printf("evil: logout-ping armed at %.3f: the next NOP-Out ping gets a Logout Response\n",
+			       now_s());
 			fflush(stdout);
 		} else if (mode != M_NONE && !login_mode(mode) && !write_mode(mode) &&
 			   mode != M_LOGOUT_PING && (trig || c->has_held)) {
@@ -1292,10 +1307,17 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
 			c->disc_on = true;
 			ts_after(&c->disc_due, 100);
-			printf("evil: Logout Response sent for NOP-Out itt 0x%08x\n", be32(bhs + 16));
+			printf("evil: Logout Response sent for NOP-Out itt 0x%08x at %.3f\n",
+			       be32(bhs + 16), now_s());
 			fflush(stdout);
-		} else if (be32(bhs + 16) != 0xffffffff)
+		} else if (be32(bhs + 16) != 0xffffffff) {
+			if (nop_armed) {
+				printf("evil: NOP-Out ping itt 0x%08x at %.3f answered\n",
+				       be32(bhs + 16), now_s());
+				fflush(stdout);
+			}
 			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
+		}
 		else
 			ping_answered(c, be32(bhs + 20));
 		break;
@@ -1575,7 +1597,8 @@ int main(int argc, char **argv)
 				if (!ms) {
 					cur->disc_on = false;
 					cur->closing = true;
-					printf("evil: disconnecting after the Logout Response\n");
+					printf("evil: disconnecting after the Logout Response at %.3f\n",
+					       now_s());
 					fflush(stdout);
 				} else if (ms < timeout) {
 					timeout = (int)ms;
