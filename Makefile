@@ -16,6 +16,8 @@
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
 #   make evil       the hostile iSER target (tests/target/iser-evil.c)
+#   make inject     the test build of riser.ko with fault injection
+#                   (out/inject/riser.ko, for tests/guest/inject.sh)
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
@@ -30,7 +32,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -38,7 +40,7 @@ SHELL := /bin/bash
 # completion paths run in parallel under KASAN and lockdep.
 GUEST_TESTS = tests/guest/features.sh tests/guest/hostile.sh tests/guest/matrix.sh \
 	tests/guest/faults.sh tests/guest/session-siw.sh \
-	tests/guest/check.sh tests/guest/session.sh:2
+	tests/guest/check.sh tests/guest/inject.sh tests/guest/session.sh:2
 
 # The hostile iSER target (userspace verbs), run inside the guest.
 EVIL = out/iser-evil
@@ -72,6 +74,15 @@ host-test:
 
 evil: $(EVIL)
 
+# The test build with fault injection (rust/fault.rs, rust/params.c): the same
+# sources built apart, in out/inject, with RISER_FAULT_INJECTION=1. A user's
+# riser.ko (make) has no fault knobs.
+inject:
+	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
+	@mkdir -p out/inject
+	rsync -a --delete Kbuild include rust scripts out/inject/
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/inject LLVM=$(LLVM) RISER_FAULT_INJECTION=1 W=1e modules
+
 $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
@@ -90,7 +101,7 @@ fuzz:
 check-env:
 	@tests/run-guest --check --env-only
 
-check: check-env lint host-test $(EVIL)
+check: check-env lint host-test $(EVIL) inject
 	-$(MAKE) --no-print-directory fuzz
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)

@@ -66,5 +66,7 @@ int riser_param_debug_level(void);
 bool riser_param_always_register(void);
 bool riser_param_pi_enable(void);
 int riser_param_check(const char *name, long long value);
+/* Fault injection (rust/params.c): true when this call must fail. */
+bool riser_fault_hit(int site);
 
 #endif /* RISER_HELPERS_H */

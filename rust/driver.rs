@@ -1617,7 +1617,10 @@ impl IserConn {
             // One repost per completion (bug 1).
             if let Err(e) = res.conn.post_recv(tag, buf) {
                 if self.is_up() {
+                    // One receive fewer than the target may send: its next
+                    // PDUs would stall the connection (RNR). Fail it now.
                     pr_err!("cannot repost a receive: {:?}\n", e);
+                    self.fail("cannot repost a receive");
                 }
             }
         }
@@ -1970,6 +1973,33 @@ mod tests {
     fn transport_identity_matches_ib_iser() {
         assert_eq!(Iser::CAPS, 0x89);
         assert_eq!(<Iser as TransportOps>::NAME, c"iser");
+    }
+
+    #[test]
+    fn a_held_tmf_response_waits_for_the_sends_of_the_commands_it_ended() -> Result {
+        let mut t = Track::new(4, 8)?;
+        let lun = [0, 1, 0, 0, 0, 0, 0, 0];
+        t.inflight[2].itt = 0x22;
+        t.inflight[2].lun = lun;
+        t.inflight[2].sends = 2;
+        t.inflight[3].itt = 0x33;
+        t.inflight[3].lun = [0, 2, 0, 0, 0, 0, 0, 0];
+        t.inflight[3].sends = 1;
+        t.held = Some(HeldRsp {
+            bhs: [7; 48],
+            scope: Scope::Lun(lun),
+        });
+        assert!(t.busy(Scope::Task(0x22)));
+        assert!(!t.busy(Scope::Task(0x44)));
+        assert!(t.release_held().is_none());
+        t.inflight[2].sends = 1;
+        assert!(t.release_held().is_none());
+        // The command of another LUN does not hold the response back.
+        t.inflight[2].sends = 0;
+        assert_eq!(t.release_held(), Some([7; 48]));
+        assert!(t.held.is_none());
+        assert!(t.busy(Scope::All));
+        Ok(())
     }
 
     #[test]

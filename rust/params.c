@@ -91,3 +91,51 @@ bool riser_param_pi_enable(void)
 {
 	return READ_ONCE(pi_enable);
 }
+
+#ifdef RISER_FAULT_INJECTION
+/*
+ * Fault injection, in a test build only (make RISER_FAULT_INJECTION=1, which
+ * make check uses for tests/guest/inject.sh; a user's riser.ko has none of
+ * this). Writing N to one of these makes the Nth call from then on of that
+ * operation fail; 0 (the default) never.
+ */
+static int fault_post_send, fault_post_recv, fault_map_mr, fault_dma_map;
+module_param(fault_post_send, int, 0644);
+MODULE_PARM_DESC(fault_post_send, "Test build: fail the Nth post_send from now");
+module_param(fault_post_recv, int, 0644);
+MODULE_PARM_DESC(fault_post_recv, "Test build: fail the Nth post_recv from now");
+module_param(fault_map_mr, int, 0644);
+MODULE_PARM_DESC(fault_map_mr, "Test build: fail the Nth MR mapping from now");
+module_param(fault_dma_map, int, 0644);
+MODULE_PARM_DESC(fault_dma_map, "Test build: fail the Nth DMA mapping of command data from now");
+
+static int *const riser_faults[] = {
+	&fault_post_send, &fault_post_recv, &fault_map_mr, &fault_dma_map,
+};
+static const char *const riser_fault_names[] = {
+	"post_send", "post_recv", "map_mr", "dma_map",
+};
+
+bool riser_fault_hit(int site)
+{
+	int *p, n;
+
+	if (site < 0 || site >= (int)ARRAY_SIZE(riser_faults))
+		return false;
+	p = riser_faults[site];
+	do {
+		n = READ_ONCE(*p);
+		if (n <= 0)
+			return false;
+	} while (cmpxchg(p, n, n - 1) != n);
+	if (n != 1)
+		return false;
+	pr_warn("riser: fault injected: %s fails\n", riser_fault_names[site]);
+	return true;
+}
+#else
+bool riser_fault_hit(int site)
+{
+	return false;
+}
+#endif

@@ -15,6 +15,7 @@
 
 mod bindings;
 mod driver;
+mod fault;
 mod iscsi;
 mod kunit;
 mod params;

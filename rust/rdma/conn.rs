@@ -13,7 +13,10 @@ use super::{
     cm::{CmHandler, CmId, CmIdRef},
     Cq, Device, Pd,
 };
-use crate::bindings;
+use crate::{
+    bindings,
+    fault::{self, Site},
+};
 use core::{
     net::{Ipv4Addr, SocketAddrV4},
     ptr::{null_mut, NonNull},
@@ -278,6 +281,9 @@ impl DmaSg {
     ) -> Result<Self> {
         let sgl = NonNull::new(sgl).ok_or(EINVAL)?;
         let nents = c_int::try_from(nents)?;
+        if fault::hit(Site::DmaMap) {
+            return Err(ENOMEM);
+        }
         // SAFETY: `sgl` is valid for `nents` entries (function contract).
         let count =
             unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
@@ -808,6 +814,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Posts a receive of `buf` (all of it) completing on tag `tag`.
     pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
         let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
+        if fault::hit(Site::PostRecv) {
+            return Err(EIO);
+        }
         let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
         // The tag first: a buffer still posted (or being read after its
         // completion, before its repost) is not handed to the device again.
@@ -833,6 +842,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Maps `sg` into MR `mr` with a fresh key; what the peer is told.
     pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
+        if fault::hit(Site::MapMr) {
+            return Err(EINVAL);
+        }
         let p = slot.ptr.as_ptr();
         // The keys' low byte is the consumer's to rotate; the registration in
         // the hardware keeps its key (`reg_rkey`) until invalidated.
@@ -917,6 +929,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     }
                 }
             }
+        }
+        if fault::hit(Site::PostSend) {
+            return Err(EIO);
         }
         let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
         let mut sges: [[bindings::ib_sge; 2]; MAX_CHAIN] = Default::default();

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Fault injection for tests: in a build made with
+//! `make RISER_FAULT_INJECTION=1`, module parameters make the Nth call of an
+//! operation fail (`rust/params.c`), so the failure paths run under test. In
+//! any other build [`hit`] is `false` and costs nothing.
+
+/// An operation that can be made to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Site {
+    /// `ib_post_send`.
+    PostSend = 0,
+    /// `ib_post_recv`.
+    PostRecv = 1,
+    /// `ib_map_mr_sg`.
+    MapMr = 2,
+    /// `ib_dma_map_sg` of a command's data.
+    DmaMap = 3,
+}
+
+/// Whether this call of `site` must fail.
+#[cfg(riser_fault_injection)]
+pub(crate) fn hit(site: Site) -> bool {
+    // SAFETY: A plain C function with no pointer arguments.
+    unsafe { crate::bindings::riser_fault_hit(site as kernel::ffi::c_int) }
+}
+
+/// Whether this call of `site` must fail: never, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn hit(_site: Site) -> bool {
+    false
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Failure paths, by fault injection: the test build of riser.ko
+# (make RISER_FAULT_INJECTION=1, out/inject/riser.ko) against LIO over
+# soft-RoCE. Writing N to /sys/module/riser/parameters/fault_SITE makes the
+# Nth call of that operation from then on fail. Each case arms one site under
+# fio writing and verifying, and checks that the fault fired, that riser took
+# the path the failure calls for, and that the data verified:
+#  - post_send of a Data-Out after its command was posted (InitialR2T=No, so
+#    128 KiB writes go as immediate data and unsolicited Data-Outs): libiscsi
+#    holds its frwd_lock there, so riser must report the connection's failure
+#    from a workqueue (under lockdep; it deadlocked before);
+#  - post_recv of a full-feature receive: the connection fails at once, with
+#    a log line, instead of running one receive short;
+#  - the MR mapping and the DMA mapping of a command: libiscsi requeues the
+#    command (nothing was posted), the data is unmapped, no connection fails;
+# then logout, a kmemleak scan while riser is loaded, rmmod.
+
+set -u
+. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/guest/target.sh"
+KO=${RISER_INJECT_KO:-$RISER_TOP/out/inject/riser.ko}
+IP=192.168.77.1
+IQN=iqn.2026-11.org.riser:inject
+P=/sys/module/riser/parameters
+
+(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+
+plan 25
+
+session_up() { iscsi_logged_in "$IQN"; }
+sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
+
+# injected SITE N RW BS [failure]: arm fault SITE at N, run fio verify with
+# RW/BS; the fault must have fired, and with "failure" the connection must
+# have failed with riser's log line (else no connection may fail: fio_verify
+# checks its window), and the session must be logged in afterwards.
+injected() {
+	local site=$1 n=$2 rw=$3 bs=$4 want=${5:-} rc=0
+	dmesg_mark
+	echo "$n" >"$P/fault_$site" || return 1
+	if [ "$want" = failure ]; then
+		CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 8M || rc=1
+	else
+		fio_verify "$DEV" "$rw" "$bs" 8 8M || rc=1
+	fi
+	# Disarm, whatever happened.
+	echo 0 >"$P/fault_$site"
+	dmesg_has "riser: fault injected: $site fails" || { echo "the fault did not fire"; rc=1; }
+	if [ "$want" = failure ]; then
+		dmesg_has "riser: connection to $IP:3260 failed" ||
+			{ echo "riser did not report the connection's failure"; rc=1; }
+	fi
+	return $rc
+}
+
+check "RDMA device (rxe) created" setup_rdma rxe "$IP"
+check "riser's dependencies load" load_deps
+check "insmod the fault-injection build of riser.ko ($KO)" insmod "$KO"
+check "  it has the fault knobs, all off" \
+	bash -c "[ \"\$(cat $P/fault_post_send $P/fault_post_recv $P/fault_map_mr $P/fault_dma_map)\" = \"\$(printf '0\n0\n0\n0')\" ]"
+check "kmemleak cleared" kmemleak_clear
+check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 64
+# Writes with unsolicited Data-Outs.
+unsolicited() {
+	lio_set_param "$IQN" InitialR2T No && lio_set_param "$IQN" ImmediateData Yes &&
+		lio_set_param "$IQN" FirstBurstLength 262144
+}
+check "LIO: InitialR2T=No, ImmediateData=Yes, FirstBurstLength=262144" unsolicited
+check "iscsid started" iscsi_start
+# No NOP-Out pings: the Nth post_send from now must be the I/O's own.
+quiet_node() {
+	_iscsi_node "$IQN" "$IP" iser &&
+		iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
+			-n 'node.conn[0].timeo.noop_out_interval' -v 0
+}
+check "node record without NOP-Out pings" quiet_node
+check "login" iscsi_login "$IQN" "$IP"
+DEV=$(iscsi_dev "$IQN") || DEV=/dev/null
+check "disk $DEV appears" test -b "$DEV"
+echo 60 >"$(sess)/recovery_tmo"
+check "  the session negotiated InitialR2T=No" \
+	bash -c "[ \"\$(cat $(sess)/initial_r2t)\" = 0 ]"
+
+# The 128 KiB write's posts (LIO declares MaxRecvDataSegmentLength 8192):
+# its command chain, then 15 Data-Outs of 8 KiB after 8 KiB of immediate
+# data; with no pings, the third post from now is a Data-Out of the first
+# write. (fio's verify pass reads: each job writes what it verifies.)
+check "post_send of a Data-Out fails: connection failed and recovered, data verified" \
+	injected post_send 3 write 128k failure
+check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot post a Data-Out"
+check "  the session is logged in again" _wait_for 120 session_up
+
+check "post_recv of a receive fails: connection failed and recovered, data verified" \
+	injected post_recv 5 randrw 4k failure
+check "  riser said why" dmesg_has "riser: cannot repost a receive"
+check "  the session is logged in again" _wait_for 120 session_up
+
+check "MR mapping fails: the command is requeued, no connection failure, data verified" \
+	injected map_mr 3 randwrite 64k
+check "DMA mapping fails: the command is requeued, no connection failure, data verified" \
+	injected dma_map 3 randrw 64k
+
+check "logout" iscsi_logout "$IQN" "$IP"
+check "iscsid stopped" iscsi_stop
+check "LIO torn down" lio_teardown
+# Before rmmod: kmemleak names riser's frames only while riser is loaded.
+check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
+check "rmmod riser" unload_riser
+save_dmesg
