@@ -78,6 +78,7 @@ enum mode {
 	M_FLOOD_NOP, M_FLOOD_ASYNC, M_SILENT, M_SILENT_ALL, M_LOGIN_LONG,
 	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING, M_LATE_WRITE, M_LATE_READ,
 	M_LATE_ABORT, M_EARLY_STATUS, M_LOGOUT_PING, M_DATA_IN, M_R2T, M_REJECT,
+	M_WRONG_DATA, M_LOST_WRITE,
 };
 
 static const char *const mode_names[] = {
@@ -94,6 +95,8 @@ static const char *const mode_names[] = {
 	[M_LATE_ABORT] = "late-abort", [M_EARLY_STATUS] = "early-status",
 	[M_LOGOUT_PING] = "logout-ping", [M_DATA_IN] = "data-in", [M_R2T] = "r2t",
 	[M_REJECT] = "reject",
+	/* A broken target, to show by hand that hostile.sh's checks can fail. */
+	[M_WRONG_DATA] = "wrong-data", [M_LOST_WRITE] = "lost-write",
 };
 
 /*
@@ -191,6 +194,9 @@ static long long fire_lba = -1;
 static bool primed;
 /* logout-ping: armed by its trigger READ, fired by the next NOP-Out ping */
 static bool nop_armed;
+/* lost-write: the next WRITE of block LOST_LBA is answered GOOD unread */
+static bool lost_armed;
+#define LOST_LBA 4096
 /*
  * -u N: negotiate InitialR2T=No and ImmediateData=Yes, declare
  * MaxRecvDataSegmentLength=N, first and largest burst FIRST_BURST: a WRITE
@@ -1142,6 +1148,17 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 				fflush(stdout);
 				return;
 			}
+			if (mode == M_WRONG_DATA || mode == M_LOST_WRITE) {
+				/* wrong-data: the next block's data, status GOOD */
+				bool wrong = mode == M_WRONG_DATA;
+
+				if (rdma_op(c, true, rstag, rva, off + (wrong ? 4096 : 0), len, 0))
+					return;
+				fire();
+				lost_armed = !wrong;
+				send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+				return;
+			}
 			if (mode == M_LATE_WRITE) {
 				/* The data, a plain SEND (no invalidation), then later
 				 * the same data again with the READ's rkey. */
@@ -1201,6 +1218,14 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			       itt, len, imm, wsv ? "valid" : "none");
 			fflush(stdout);
 			send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
+			return;
+		}
+		if (lost_armed && lba == LOST_LBA) {
+			lost_armed = false;
+			printf("evil: lost-write: WRITE itt 0x%08x answered GOOD, its data not read\n",
+			       itt);
+			fflush(stdout);
+			send_rsp(c, itt, 0, 0, 0, 0, false, 0);
 			return;
 		}
 		if (write_mode(mode) && fire_lba >= 0 && primed && (long long)lba == fire_lba) {
