@@ -64,10 +64,9 @@ check "kmemleak cleared" kmemleak_clear
 check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 64
 # Writes with unsolicited Data-Outs.
 unsolicited() {
-	lio_set_param "$IQN" InitialR2T No && lio_set_param "$IQN" ImmediateData Yes &&
-		lio_set_param "$IQN" FirstBurstLength 262144
+	lio_set_param "$IQN" InitialR2T No && lio_set_param "$IQN" ImmediateData Yes
 }
-check "LIO: InitialR2T=No, ImmediateData=Yes, FirstBurstLength=262144" unsolicited
+check "LIO: InitialR2T=No, ImmediateData=Yes" unsolicited
 check "iscsid started" iscsi_start
 # No NOP-Out pings: the Nth post_send from now must be the I/O's own.
 quiet_node() {
@@ -80,15 +79,49 @@ check "login" iscsi_login "$IQN" "$IP"
 DEV=$(iscsi_dev "$IQN") || DEV=/dev/null
 check "disk $DEV appears" test -b "$DEV"
 echo 60 >"$(sess)/recovery_tmo"
-check "  the session negotiated InitialR2T=No" \
-	bash -c "[ \"\$(cat $(sess)/initial_r2t)\" = 0 ]"
+# A 128 KiB write then sends MaxXmitDataSegmentLength (8 KiB, LIO's
+# TargetRecvDataSegmentLength) as immediate data and the rest of its first
+# burst (FirstBurstLength: 64 KiB, LIO's) as Data-Outs: seven.
+unsol_writes() {
+	local c
+	c=$(ls -d /sys/class/iscsi_connection/connection*/ | head -1)
+	echo "initial_r2t $(cat "$(sess)/initial_r2t") first_burst $(cat "$(sess)/first_burst_len")" \
+		"max_xmit_dlength $(cat "$c/max_xmit_dlength")"
+	[ "$(cat "$(sess)/initial_r2t")" = 0 ] &&
+		[ "$(cat "$(sess)/first_burst_len")" -gt "$(cat "$c/max_xmit_dlength")" ]
+}
+check "  128 KiB writes go with unsolicited Data-Outs (InitialR2T=No)" unsol_writes
 
-# The 128 KiB write's posts (LIO declares MaxRecvDataSegmentLength 8192):
-# its command chain, then 15 Data-Outs of 8 KiB after 8 KiB of immediate
-# data; with no pings, the third post from now is a Data-Out of the first
-# write. (fio's verify pass reads: each job writes what it verifies.)
+# dataout_post_fails: under a stream of 128 KiB writes (fio, verified), make
+# one post_send fail at a time until one is a Data-Out's: of a write's
+# posts, one is its command and the rest (7) its Data-Outs, so the first
+# try nearly always does; a failed command post is requeued, a failed
+# control PDU retried by libiscsi. 20 tries at most.
+dataout_post_fails() {
+	local pid rc=0 try=0 hit=
+	dmesg_mark
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" write 128k 8 48M >"$RISER_OUT/fio-dataout.log" 2>&1 &
+	pid=$!
+	while [ $try -lt 20 ] && kill -0 "$pid" 2>/dev/null; do
+		try=$((try + 1))
+		nap 1
+		echo 2 >"$P/fault_post_send" || break
+		_wait_for 20 bash -c "[ \"\$(cat $P/fault_post_send)\" = 0 ]"
+		if dmesg_has "riser: connection to $IP:3260 failed: cannot post a Data-Out"; then
+			hit=1
+			break
+		fi
+	done
+	echo 0 >"$P/fault_post_send"
+	wait "$pid" || rc=1
+	cat "$RISER_OUT/fio-dataout.log"
+	echo "tries: $try"
+	[ -n "$hit" ] || { echo "no Data-Out post failed in $try tries"; rc=1; }
+	return $rc
+}
+
 check "post_send of a Data-Out fails: connection failed and recovered, data verified" \
-	injected post_send 3 write 128k failure
+	dataout_post_fails
 check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot post a Data-Out"
 check "  the session is logged in again" _wait_for 120 session_up
 
