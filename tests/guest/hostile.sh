@@ -519,6 +519,7 @@ if [ -n "$UNSOL_MODES" ]; then
 fi
 
 check "iscsid stopped" iscsi_stop
-check "rmmod riser" unload_riser
+# Before rmmod: kmemleak names riser's frames only while riser is loaded.
 check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
+check "rmmod riser" unload_riser
 save_dmesg

@@ -137,8 +137,9 @@ check "DMA mapping fails: the command is requeued, no connection failure, data v
 
 check "logout" iscsi_logout "$IQN" "$IP"
 check "iscsid stopped" iscsi_stop
-check "LIO torn down" lio_teardown
 # Before rmmod: kmemleak names riser's frames only while riser is loaded.
 check "kmemleak: nothing from riser" no_leak_from_riser "$RISER_OUT/kmemleak.txt"
 check "rmmod riser" unload_riser
+# After riser: see faults.sh.
+check "LIO torn down" lio_teardown
 save_dmesg

@@ -272,7 +272,12 @@ unload_riser() {
 	if [ "$i" -gt 0 ] && [ "$i" -lt "$n" ]; then
 		echo "riser's reference count fell to 0 after $((i / 5)).$((i % 5 * 2)) s"
 	fi
-	rmmod riser && return 0
+	if rmmod riser; then
+		# tests/run-guest: a known LIO report after this line found riser
+		# gone, so the lock debugging it turned off watched nothing of riser.
+		echo "riser-harness: riser unloaded" >/dev/kmsg
+		return 0
+	fi
 	iscsi_state
 	return 1
 }

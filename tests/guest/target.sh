@@ -513,6 +513,18 @@ login_retry() {
 		echo "try $try failed on LIO's login stall; again"
 	done
 }
+# _reject_overtaken MARK PATTERN: since MARK, LIO logged the refusal's
+# reason (PATTERN) and riser then reported the target's disconnect: LIO
+# sends its Login Reject and closes the connection at once, and the CM's
+# disconnect event can reach iscsid (as a connection error) before the
+# reject does, so iscsiadm reports a connection failure instead of the
+# authentication failure (seen once, 2026-11-24). Prints riser's line.
+_reject_overtaken() {
+	local lines
+	lines=$(kernel_after_mark "$1") || return 1
+	grep -Eq "$2" <<<"$lines" || return 1
+	grep -m1 -E 'riser: connection to .* failed: disconnected by the target' <<<"$lines"
+}
 _lio_login_stalled() { kernel_after_mark "$1" | grep -m1 -E "$LIO_LOGIN_STALL"; }
 
 # ISCSI_ERR_LOGIN_AUTH_FAILED: iscsiadm's status for a login the target
@@ -532,9 +544,14 @@ expect_login_refused() {
 		ISCSI_TIMEOUT=45 _refused "$ISCSI_ERR_LOGIN_AUTH_FAILED" "$pattern" 60 iscsi_login "$@"
 		[ -n "$REFUSED_WHY" ] && [ "$try" -lt 3 ] || break
 		[ "$REFUSED_RC" != "$ISCSI_ERR_LOGIN_AUTH_FAILED" ] || break
-		_wait_for 20 _lio_login_stalled "$REFUSED_MARK" >/dev/null || break
-		line=$(_lio_login_stalled "$REFUSED_MARK")
-		echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC on LIO's known login stall: ${line:0:120}" >>"$TAP"
+		if _wait_for 20 _lio_login_stalled "$REFUSED_MARK" >/dev/null; then
+			line=$(_lio_login_stalled "$REFUSED_MARK")
+			echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC on LIO's known login stall: ${line:0:120}" >>"$TAP"
+		elif line=$(_reject_overtaken "$REFUSED_MARK" "$pattern"); then
+			echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC: LIO refused it for the reason named, and its disconnect reached iscsid before its Login Reject: ${line:0:120}" >>"$TAP"
+		else
+			break
+		fi
 	done
 	_refused_tap "$what"
 }
