@@ -17,7 +17,7 @@
 #   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
 #   make evil       the hostile iSER target (tests/target/iser-evil.c)
 #   make inject     the test build of riser.ko with fault injection
-#                   (out/inject/riser.ko, for tests/guest/inject.sh)
+#                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
@@ -75,13 +75,13 @@ host-test:
 evil: $(EVIL)
 
 # The test build with fault injection (rust/fault.rs, rust/params.c): the same
-# sources built apart, in out/inject, with RISER_FAULT_INJECTION=1. A user's
+# sources built apart, in out/fault-build, with RISER_FAULT_INJECTION=1. A user's
 # riser.ko (make) has no fault knobs.
 inject:
 	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
-	@mkdir -p out/inject
-	rsync -a --delete Kbuild include rust scripts out/inject/
-	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/inject LLVM=$(LLVM) RISER_FAULT_INJECTION=1 W=1e modules
+	@mkdir -p out/fault-build
+	rsync -a --delete Kbuild include rust scripts out/fault-build/
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/fault-build LLVM=$(LLVM) RISER_FAULT_INJECTION=1 W=1e modules
 
 $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Failure paths, by fault injection: the test build of riser.ko
-# (make RISER_FAULT_INJECTION=1, out/inject/riser.ko) against LIO over
+# (make RISER_FAULT_INJECTION=1, out/fault-build/riser.ko) against LIO over
 # soft-RoCE. Writing N to /sys/module/riser/parameters/fault_SITE makes the
 # Nth call of that operation from then on fail. Each case arms one site under
 # fio writing and verifying, and checks that the fault fired, that riser took
@@ -20,7 +20,9 @@
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
 . "$RISER_TOP/tests/guest/target.sh"
-KO=${RISER_INJECT_KO:-$RISER_TOP/out/inject/riser.ko}
+# Not out/inject: that is this script's own output directory, which
+# tests/run-guest empties before the guest boots.
+KO=${RISER_INJECT_KO:-$RISER_TOP/out/fault-build/riser.ko}
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:inject
 P=/sys/module/riser/parameters
