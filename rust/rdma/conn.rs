@@ -945,15 +945,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 SendOp::LocalInv { mr, tag } => {
                     let cqe = match tag {
                         Some(tag) => {
-                            let t = &self.send_tags[*tag as usize];
-                            if let Err(e) = t.hold(None) {
-                                Self::unwind(&before, &held, 0);
-                                return Err(e);
-                            }
-                            held[i] = Some(t);
                             // CAST: the flag fits an int.
                             w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
-                            (&raw const t.cqe).cast_mut()
+                            self.hold_tag(*tag, None, i, &before, &mut held)?
                         }
                         None => unsig,
                     };
@@ -997,25 +991,18 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     sges: list,
                     keep,
                 } => {
-                    let t = &self.send_tags[*tag as usize];
                     for (j, s) in list.iter().enumerate() {
                         sges[i][j] = s.raw();
                     }
+                    let cqe = self.hold_tag(*tag, *keep, i, &before, &mut held)?;
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
                     // SAFETY: Writing the `wr_cqe` member of the union.
-                    unsafe {
-                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut()
-                    };
+                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
                     w.wr.sg_list = sges[i].as_mut_ptr();
                     // CAST: one or two entries.
                     w.wr.num_sge = list.len() as c_int;
                     // CAST: the flag fits an int.
                     w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
-                    if let Err(e) = t.hold(*keep) {
-                        Self::unwind(&before, &held, 0);
-                        return Err(e);
-                    }
-                    held[i] = Some(t);
                 }
                 SendOp::InlineSend { tag, bytes } => {
                     sges[i][0] = bindings::ib_sge {
@@ -1033,14 +1020,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
                     let cqe = match tag {
                         Some(tag) => {
-                            let t = &self.send_tags[*tag as usize];
-                            if let Err(e) = t.hold(None) {
-                                Self::unwind(&before, &held, 0);
-                                return Err(e);
-                            }
-                            held[i] = Some(t);
                             flags |= bindings::ib_send_flags_IB_SEND_SIGNALED;
-                            (&raw const t.cqe).cast_mut()
+                            self.hold_tag(*tag, None, i, &before, &mut held)?
                         }
                         None => unsig,
                     };
@@ -1078,6 +1059,26 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Undoes the MR states and tag holds of requests `from..` of a chain
     /// that were not posted.
+    /// Holds send tag `tag` (validated) for request `i` of a chain being
+    /// built, keeping `keep` with it: the completion the request names. If
+    /// the tag is busy, everything the chain held so far is released.
+    fn hold_tag<'a>(
+        &'a self,
+        tag: u32,
+        keep: Option<&Arc<DmaBuf>>,
+        i: usize,
+        before: &[Option<(&MrSlot, bool, u32)>],
+        held: &mut [Option<&'a Tag>],
+    ) -> Result<*mut bindings::ib_cqe> {
+        let t = &self.send_tags[tag as usize];
+        if let Err(e) = t.hold(keep) {
+            Self::unwind(before, held, 0);
+            return Err(e);
+        }
+        held[i] = Some(t);
+        Ok((&raw const t.cqe).cast_mut())
+    }
+
     fn unwind(before: &[Option<(&MrSlot, bool, u32)>], held: &[Option<&Tag>], from: usize) {
         for (s, valid, rkey) in before.iter().skip(from).flatten().rev() {
             s.reg_rkey.store(*rkey, Ordering::Release);
