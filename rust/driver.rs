@@ -616,6 +616,11 @@ struct Res {
 enum MrState {
     /// The target was given the rkey and may use it.
     Registered,
+    /// The command ended without the target invalidating the rkey, while
+    /// sends naming its data through the MR's lkey were still to go or to
+    /// complete: the LOCAL_INV waits for the last of them, which would
+    /// otherwise fail on the invalid key (and fail the connection).
+    Ending,
     /// A LOCAL_INV of it is posted; its completion ends the target's access.
     Invalidating,
 }
@@ -635,6 +640,16 @@ struct Inflight {
     /// Signaled SENDs naming the command's data (immediate data,
     /// Data-Outs) not completed yet; each holds a reference in `puts`.
     sends: u32,
+    /// Unsolicited Data-Outs set aside for the command and not posted yet.
+    unsent: u32,
+}
+
+impl Inflight {
+    /// Whether a send naming the command's data is still to go or to
+    /// complete.
+    fn sending(&self) -> bool {
+        self.sends > 0 || self.unsent > 0
+    }
 }
 
 /// A TMF Response held back until the commands its TMF ended can no longer
@@ -672,6 +687,7 @@ impl Track {
                     lun: [0; 8],
                     mr: None,
                     sends: 0,
+                    unsent: 0,
                 },
                 GFP_KERNEL,
             )?;
@@ -693,20 +709,40 @@ impl Track {
     /// an invalidation or a send that has not completed.
     fn busy(&self, scope: Scope) -> bool {
         self.inflight.iter().any(|f| {
-            let pending = f.sends > 0 || matches!(f.mr, Some((MrState::Invalidating, _)));
+            let pending =
+                f.sending() || matches!(f.mr, Some((MrState::Ending | MrState::Invalidating, _)));
             pending && scope.covers(f.itt, &f.lun)
         })
     }
 
-    /// Takes back the reference of send tag `tag`, once its SEND completed.
-    fn send_completed(&mut self, tag: u32) -> Option<TaskRef> {
-        let (r, counted) = self.puts.get_mut(tag as usize)?.take()?;
+    /// Takes back the reference of send tag `tag`, once its SEND completed
+    /// (or was not posted), with the slot whose LOCAL_INV may go now.
+    fn send_completed(&mut self, tag: u32) -> (Option<TaskRef>, Option<u32>) {
+        let Some((r, counted)) = self.puts.get_mut(tag as usize).and_then(Option::take) else {
+            return (None, None);
+        };
+        let idx = r.index();
         if counted {
-            if let Some(f) = self.inflight.get_mut(r.index() as usize) {
+            if let Some(f) = self.inflight.get_mut(idx as usize) {
                 f.sends = f.sends.saturating_sub(1);
             }
         }
-        Some(r)
+        (Some(r), self.end_sending(idx))
+    }
+
+    /// Slot `idx` if its command ended (`Ending`) and has no send left:
+    /// its registration is then marked `Invalidating`, for the caller to
+    /// post the LOCAL_INV.
+    fn end_sending(&mut self, idx: u32) -> Option<u32> {
+        let f = self.inflight.get_mut(idx as usize)?;
+        let sending = f.sending();
+        match f.mr.as_mut() {
+            Some(m) if m.0 == MrState::Ending && !sending => {
+                m.0 = MrState::Invalidating;
+                Some(idx)
+            }
+            _ => None,
+        }
     }
 
     /// The held TMF Response, if the commands it waits for are done.
@@ -1052,7 +1088,7 @@ impl Res {
         }
         // The references, before anything is posted: once it is, a response
         // on another CPU may complete the command.
-        let refs = self.hold_command(task, remote_key, with_imm);
+        let refs = self.hold_command(task, remote_key, with_imm, dataouts);
         if let Err(e) = refs {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
             return Err(e);
@@ -1071,16 +1107,28 @@ impl Res {
             }
         };
         let reg_op = SendOp::Reg { mr: idx, access };
-        let posted = match (inv, uses_mr) {
-            (true, true) => {
+        // The chain, and where the registration is in it.
+        let (posted, reg_at) = match (inv, uses_mr) {
+            (true, true) => (
                 self.conn
-                    .post_send(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send])
-            }
-            (false, true) => self.conn.post_send(&[reg_op, send]),
-            _ => self.conn.post_send(&[send]),
+                    .post_chain(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send]),
+                Some(1),
+            ),
+            (false, true) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
+            _ => (self.conn.post_chain(&[send]), None),
         };
-        if let Err(e) = posted {
+        if let Err((e, n)) = posted {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            if remote_key && reg_at.is_some_and(|r| n > r) {
+                // The registration went out and the command did not: the
+                // target never got the key, but keys are guessable, and it
+                // stays valid until invalidated. The command keeps the
+                // reference for it, and is reported sent: the connection
+                // fails (the caller says why), recovery gives the command
+                // back, and the reference goes with the MRs at teardown.
+                self.unhold_command(idx, false, with_imm);
+                return Ok((unregistered, Some("cannot post a command")));
+            }
             self.unhold_command(idx, remote_key, with_imm);
             return Err(e);
         }
@@ -1092,9 +1140,16 @@ impl Res {
     }
 
     /// Records a command about to be posted on its slot, with a reference
-    /// for the rkey the target gets (`remote_key`) and one for a command
-    /// SEND that names its data (`with_imm`).
-    fn hold_command(&self, task: &Task<'_, Iser>, remote_key: bool, with_imm: bool) -> Result {
+    /// for the rkey the target gets (`remote_key`), one for a command SEND
+    /// that names its data (`with_imm`), and the `dataouts` unsolicited
+    /// Data-Outs that will follow it.
+    fn hold_command(
+        &self,
+        task: &Task<'_, Iser>,
+        remote_key: bool,
+        with_imm: bool,
+        dataouts: u32,
+    ) -> Result {
         let idx = task.index();
         let bhs = task.bhs();
         let mr_ref = if remote_key {
@@ -1112,7 +1167,7 @@ impl Res {
         let busy = t
             .inflight
             .get(idx as usize)
-            .is_none_or(|f| f.mr.is_some() || f.sends > 0)
+            .is_none_or(|f| f.mr.is_some() || f.sending())
             || (with_imm && t.puts.get(tag as usize).is_none_or(Option::is_some));
         if busy {
             // A slot's references are all gone before libiscsi reuses it.
@@ -1133,6 +1188,7 @@ impl Res {
             f.lun = tmf::lun(&bhs);
             f.mr = mr_ref.map(|r| (MrState::Registered, r));
             f.sends = u32::from(counted);
+            f.unsent = dataouts;
         }
         Ok(())
     }
@@ -1150,6 +1206,7 @@ impl Res {
             };
             let mr = t.inflight.get_mut(idx as usize).and_then(|f| {
                 f.sends = 0;
+                f.unsent = 0;
                 if remote_key {
                     f.mr.take()
                 } else {
@@ -1216,6 +1273,7 @@ impl Res {
                 }
                 if let Some(f) = t.inflight.get_mut(idx) {
                     f.sends += 1;
+                    f.unsent = f.unsent.saturating_sub(1);
                 }
             }
             let buf = &self.dataout[slot as usize];
@@ -1233,7 +1291,15 @@ impl Res {
                     }])
                 });
             if sent.is_err() {
-                let back = self.track.lock().send_completed(tag);
+                let back = {
+                    let mut t = self.track.lock();
+                    // Not sent after all: should the command have ended,
+                    // its LOCAL_INV goes below, once `unsent` is settled.
+                    if let Some(f) = t.inflight.get_mut(idx) {
+                        f.unsent += 1;
+                    }
+                    t.send_completed(tag).0
+                };
                 drop(back);
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
                 left += 1;
@@ -1244,7 +1310,18 @@ impl Res {
         };
         // Give back what was reserved and not used.
         self.dataout_avail.fetch_add(left, Ordering::AcqRel);
-        failed
+        let ended = {
+            let mut t = self.track.lock();
+            if let Some(f) = t.inflight.get_mut(idx) {
+                f.unsent = 0;
+            }
+            // CAST: slot indexes fit a u32.
+            t.end_sending(idx as u32)
+        };
+        match ended.map(|i| self.invalidate(i)) {
+            Some(Err(why)) => failed.or(Some(why)),
+            _ => failed,
+        }
     }
 
     /// A SCSI Response for the command on slot `idx` with wire ITT `itt`
@@ -1271,11 +1348,18 @@ impl Res {
             self.remote_invs.fetch_add(1, Ordering::Relaxed);
             return Ok(f.mr.take().map(|(_, r)| r));
         }
+        let sending = f.sending();
         if let Some(m) = f.mr.as_mut() {
-            m.0 = MrState::Invalidating;
+            m.0 = if sending {
+                MrState::Ending
+            } else {
+                MrState::Invalidating
+            };
         }
         drop(t);
-        self.invalidate(idx)?;
+        if !sending {
+            self.invalidate(idx)?;
+        }
         Ok(None)
     }
 
@@ -1311,8 +1395,12 @@ impl Res {
                     if !req.scope.covers(f.itt, &f.lun) {
                         continue;
                     }
+                    let sending = f.sending();
                     if let Some(m) = f.mr.as_mut() {
-                        if m.0 == MrState::Registered {
+                        if m.0 == MrState::Registered && sending {
+                            // Invalidated once its last send completed.
+                            m.0 = MrState::Ending;
+                        } else if m.0 == MrState::Registered {
                             m.0 = MrState::Invalidating;
                             // CAST: slot indexes fit a u32.
                             todo.push(i as u32, GFP_ATOMIC)
@@ -1710,6 +1798,16 @@ impl IserConn {
                 self.logged_out.store(true, Ordering::Release);
             }
             TargetOpcode::TmfResponse => {
+                // It carries no data (RFC 7143 11.6); libiscsi refuses one
+                // that does, which a held one (handed on without its data)
+                // would get past.
+                if !data.is_empty() {
+                    pr_err!(
+                        "target sent a TMF Response with {} bytes of data\n",
+                        data.len()
+                    );
+                    return Err("TMF Response with data");
+                }
                 let req = res.track.lock().tmf.take_if(|r| r.itt == pdu.itt);
                 // Held back until the commands it ended are out of the
                 // target's reach; the last invalidation hands it on.
@@ -1903,21 +2001,25 @@ impl QpHandler for IserConn {
         };
         let cmds = res.cmds();
         let inv_base = res.inv_tag(0);
-        let (done, held) = {
+        let (done, ended, held) = {
             let mut t = res.track.lock();
-            let done = if tag >= inv_base {
+            let (done, ended) = if tag >= inv_base {
                 let idx = (tag - inv_base) as usize;
                 match t.inflight.get_mut(idx) {
                     // A flushed or failed LOCAL_INV leaves the rkey valid:
                     // the reference stays until the MR is destroyed.
-                    Some(f) if wc.ok() => f.mr.take().map(|(_, r)| r),
-                    _ => None,
+                    Some(f) if wc.ok() => (f.mr.take().map(|(_, r)| r), None),
+                    _ => (None, None),
                 }
             } else {
                 t.send_completed(tag)
             };
-            (done, t.release_held())
+            (done, ended, t.release_held())
         };
+        // The last send of a command that ended: its LOCAL_INV may go.
+        if let Some(Err(why)) = ended.filter(|_| wc.ok()).map(|i| res.invalidate(i)) {
+            self.fail(why);
+        }
         if (CTRL_TX + cmds..inv_base).contains(&tag) {
             // The list has room for every slot: it was made with all of them.
             let _ = res

@@ -292,8 +292,11 @@ pub(crate) struct TaskRef {
     index: u32,
 }
 
-// SAFETY: `iscsi_put_task` may be called from any context but under the
-// session's back_lock; the count is atomic.
+// SAFETY: The reference may be dropped on any thread (the count is atomic).
+// `iscsi_put_task` takes the session's back_lock with bottom halves off, so
+// the drop must not run under that lock, in hard interrupt context or with
+// interrupts off: riser drops references in process or softirq context,
+// outside its own locks (see the driver's `Track`), never under libiscsi's.
 unsafe impl Send for TaskRef {}
 
 impl TaskRef {

@@ -130,8 +130,10 @@ pub(crate) const SEND_WRS_PER_CMD: u32 = 1 + INFLIGHT_DATAOUTS;
 /// connection's commands).
 pub(crate) const DATAOUT_SLOTS_PER_CMD: u32 = 4;
 /// Send work requests one command has in flight at most besides its share of
-/// the Data-Out pool: LOCAL_INV, REG_MR and the command SEND.
-pub(crate) const CMD_CHAIN_WRS: u32 = 3;
+/// the Data-Out pool: a LOCAL_INV chained before its registration (of the
+/// slot's last local-only one), REG_MR, the command SEND, and the signaled
+/// LOCAL_INV of its rkey when the response did not invalidate it.
+pub(crate) const CMD_CHAIN_WRS: u32 = 4;
 /// Commands sent unsignaled in a row at most (see [`signal_interval`]).
 pub(crate) const MAX_UNSIGNALED_RUN: u32 = 15;
 /// Most scatter/gather pages one registration maps (16 MiB in 4 KiB pages).
@@ -484,9 +486,10 @@ mod tests {
         // No room: every SEND signaled.
         assert_eq!(signal_interval(0), 1);
         assert_eq!(signal_interval(1), 1);
-        // ib_iser's queue (512 commands) and anything from 23 commands up.
+        // ib_iser's queue (512 commands) and anything from 60 commands up.
         assert_eq!(signal_interval(512), 1 + MAX_UNSIGNALED_RUN);
-        assert_eq!(signal_interval(23), 1 + MAX_UNSIGNALED_RUN);
+        assert_eq!(signal_interval(60), 1 + MAX_UNSIGNALED_RUN);
+        assert_eq!(signal_interval(59), MAX_UNSIGNALED_RUN);
         let mut r = Rng(0x9b05_688c_2b3e_6c1f);
         let spare = u64::from(SEND_WRS_PER_CMD - CMD_CHAIN_WRS - DATAOUT_SLOTS_PER_CMD);
         for _ in 0..2000 {

@@ -899,6 +899,23 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// so a completion racing the post sees them, and rolled back for the
     /// requests the provider did not take.
     pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
+        self.post_chain(ops).map_err(|(e, _)| e)
+    }
+
+    /// As [`Connection::post_send`], saying on failure how many requests
+    /// of the chain the provider took before it refused one: those were
+    /// posted and keep their effects (a registration that went out is
+    /// valid, with the access it gave, until it is invalidated).
+    pub(crate) fn post_chain(
+        &self,
+        ops: &[SendOp<'_>],
+    ) -> core::result::Result<(), (Error, usize)> {
+        let mut posted = 0;
+        self.post_ops(ops, &mut posted).map_err(|e| (e, posted))
+    }
+
+    /// Posts `ops`, counting in `posted` the requests the provider took.
+    fn post_ops(&self, ops: &[SendOp<'_>], posted: &mut usize) -> Result {
         if ops.is_empty() || ops.len() > MAX_CHAIN {
             return Err(EINVAL);
         }
@@ -930,9 +947,17 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 }
             }
         }
-        if fault::hit(Site::PostSend) {
+        // Fault injection: the provider refuses the chain's last request,
+        // so that a chain of several goes out in part.
+        let refuse_last = fault::hit(Site::PostSend);
+        if refuse_last && ops.len() == 1 {
             return Err(EIO);
         }
+        let n = if refuse_last {
+            ops.len() - 1
+        } else {
+            ops.len()
+        };
         let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
         let mut sges: [[bindings::ib_sge; 2]; MAX_CHAIN] = Default::default();
         let mut held: [Option<&Tag>; MAX_CHAIN] = [None; MAX_CHAIN];
@@ -1034,7 +1059,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
         // Chain the requests: each `ib_reg_wr` starts with its `ib_send_wr`.
         let base = regs.as_mut_ptr();
-        for i in 0..ops.len() - 1 {
+        for i in 0..n - 1 {
             // SAFETY: `i` and `i + 1` are inside `regs`.
             unsafe { (*base.add(i)).wr.next = &raw mut (*base.add(i + 1)).wr };
         }
@@ -1053,12 +1078,17 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 .position(|i| core::ptr::eq(unsafe { &raw const (*base.add(i)).wr }, bad))
                 .unwrap_or(0);
             Self::unwind(&before, &held, first_bad);
+            *posted = first_bad;
+            return r;
         }
-        r
+        *posted = n;
+        if n < ops.len() {
+            Self::unwind(&before, &held, n);
+            return Err(EIO);
+        }
+        Ok(())
     }
 
-    /// Undoes the MR states and tag holds of requests `from..` of a chain
-    /// that were not posted.
     /// Holds send tag `tag` (validated) for request `i` of a chain being
     /// built, keeping `keep` with it: the completion the request names. If
     /// the tag is busy, everything the chain held so far is released.
@@ -1079,6 +1109,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         Ok((&raw const t.cqe).cast_mut())
     }
 
+    /// Undoes the MR states and tag holds of requests `from..` of a chain
+    /// that were not posted.
     fn unwind(before: &[Option<(&MrSlot, bool, u32)>], held: &[Option<&Tag>], from: usize) {
         for (s, valid, rkey) in before.iter().skip(from).flatten().rev() {
             s.reg_rkey.store(*rkey, Ordering::Release);
