@@ -13,6 +13,11 @@
 #    from a workqueue (under lockdep; it deadlocked before);
 #  - post_recv of a full-feature receive: the connection fails at once, with
 #    a log line, instead of running one receive short;
+#  - post_send of a command's chain, of which the provider takes the REG_MR
+#    and refuses the SEND (the knob refuses a chain's last request): the
+#    registration is valid though the target never got its key, so the
+#    command keeps its reference on it and the connection fails; recovery
+#    must still end (the reference goes with the MRs at teardown);
 #  - the MR mapping and the DMA mapping of a command: libiscsi requeues the
 #    command (nothing was posted), the data is unmapped, no connection fails;
 # then logout, a kmemleak scan while riser is loaded, rmmod.
@@ -29,7 +34,7 @@ P=/sys/module/riser/parameters
 
 (while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
 
-plan 25
+plan 28
 
 session_up() { iscsi_logged_in "$IQN"; }
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
@@ -130,6 +135,13 @@ check "  the session is logged in again" _wait_for 120 session_up
 check "post_recv of a receive fails: connection failed and recovered, data verified" \
 	injected post_recv 5 randrw 4k failure
 check "  riser said why" dmesg_has "riser: cannot repost a receive"
+check "  the session is logged in again" _wait_for 120 session_up
+
+# The first post_send once armed is the first write's chain (no pings): a
+# 256 KiB write gives the target an rkey for what follows its first burst.
+check "post_send of a command's chain goes out in part: connection failed and recovered, data verified" \
+	injected post_send 1 write 256k failure
+check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot post a command"
 check "  the session is logged in again" _wait_for 120 session_up
 
 check "MR mapping fails: the command is requeued, no connection failure, data verified" \
