@@ -232,6 +232,12 @@ static uint32_t unsol_mrdsl;
 static uint32_t burst_cap = FIRST_BURST;
 #define BURST_MAX 16777215u
 #define BURST_MIN 512u
+/*
+ * A burst mode fires on the first login, and then only on the first login
+ * after a Logout Request: the reconnection of a failed connection keeps the
+ * session's bursts.
+ */
+static bool burst_ready = true;
 /* Receive buffers a connection posts (-r; 128 by default). */
 static int nrx = NRX;
 /*
@@ -248,6 +254,8 @@ static struct conn *cur;
 static struct rdma_event_channel *ec;
 
 static struct conn *conn_new(struct rdma_cm_event *ev);
+/* SIGUSR1: print the commands the target waits on (state_dump). */
+static volatile sig_atomic_t dump_wanted;
 static void logv(const char *fmt, ...);
 static double now_s(void);
 
@@ -695,9 +703,10 @@ static void put_text(uint8_t *d, size_t *len, const char *key, const char *val)
  */
 static void burst_fire(struct conn *c)
 {
-	if (c->burst_seen || (!armed(M_BURST_MAX) && !armed(M_BURST_MIN)))
+	if (c->burst_seen || !burst_ready || (!armed(M_BURST_MAX) && !armed(M_BURST_MIN)))
 		return;
 	c->burst_seen = true;
+	burst_ready = false;
 	burst_cap = armed(M_BURST_MAX) ? BURST_MAX : BURST_MIN;
 	fire();
 }
@@ -1468,6 +1477,7 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		send_simple(c, 0x24, be32(bhs + 16), 0xffffffff, true, NULL, 0);
 		break;
 	case 0x06:	/* Logout */
+		burst_ready = true;
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
 		send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
@@ -1643,6 +1653,37 @@ fail:
 	return NULL;
 }
 
+static void on_usr1(int sig)
+{
+	(void)sig;
+	dump_wanted = 1;
+}
+
+/* What the current connection waits for: WRITEs missing data, sends in flight. */
+static void state_dump(struct conn *c)
+{
+	int n = 0;
+
+	printf("evil: state at %.3f: %s", now_s(), c ? "" : "no connection\n");
+	if (!c) {
+		fflush(stdout);
+		return;
+	}
+	printf("%d sends in flight, exp_cmdsn %u, statsn %u%s\n", c->tx_inflight, c->exp_cmdsn,
+	       c->statsn, c->silent ? ", silent" : "");
+	for (int i = 0; i < NPEND; i++) {
+		struct pend *pe = &c->pend[i];
+
+		if (!pe->used)
+			continue;
+		n++;
+		printf("evil: state: WRITE itt 0x%08x, %u bytes, %u unsolicited bytes not come%s\n",
+		       pe->itt, pe->len, pe->unsol_left, pe->rdma_busy ? ", RDMA READ in flight" : "");
+	}
+	printf("evil: state: %d WRITEs waiting\n", n);
+	fflush(stdout);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-u MRDSL] [-r NRX] [-v]\n"
@@ -1703,6 +1744,7 @@ int main(int argc, char **argv)
 	    nrx > 8192)
 		usage();
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGUSR1, on_usr1);
 	/* The disk, and scratch after it for INQUIRY and friends (a page) and
 	 * for late RDMA READs. */
 	disk = calloc(1, disk_size + SCRATCH);
@@ -1751,6 +1793,10 @@ int main(int argc, char **argv)
 					timeout = (int)ms;
 				}
 			}
+		}
+		if (dump_wanted) {
+			dump_wanted = 0;
+			state_dump(cur);
 		}
 		if (cur && cur->closing && !cur->disconnecting) {
 			cur->disconnecting = true;
