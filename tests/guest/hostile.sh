@@ -20,7 +20,12 @@
 # target spoils three login attempts in three ways; a third negotiates
 # unsolicited data in 1 KiB Data-Outs and answers a WRITE as soon as its
 # command arrives. At the end fio must have seen no error and no corrupt
-# block; logout, rmmod and a kmemleak scan.
+# block. Then phases of their own: a target that spoils the iSER CM header
+# of its accept (cm-garbage); one that takes 512-byte PDUs with bursts at
+# the extremes RFC 7143 allows (small-pdu, riser reloaded with larger
+# commands); one that answers a READ by invalidating the PD's global rkey
+# (always_register=0, riser reloaded with it). Logout, a kmemleak scan,
+# rmmod.
 
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
@@ -357,13 +362,26 @@ declare -A EXPECT=(
 ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping"
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
+ALL_CM="cm-rsvd cm-short cm-long"
+ALL_SMALL="burst-max burst-min"
+ALL_REG0="inv-global"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
+CM_MODES=$ALL_CM SMALL_MODES=$ALL_SMALL REG0_MODES=$ALL_REG0
 UNKNOWN_MODES=
 if [ -n "${RISER_EVIL_MODES:-}" ]; then
-	FFP_MODES= LOGIN_MODES= UNSOL_MODES=
+	FFP_MODES= LOGIN_MODES= UNSOL_MODES= CM_MODES= SMALL_MODES= REG0_MODES=
 	for m in $RISER_EVIL_MODES; do
+		# A phase of its own by its name (every mode of it), or a mode of it.
+		case $m in
+		cm-garbage) CM_MODES+="$ALL_CM " && continue ;;
+		small-pdu) SMALL_MODES+="$ALL_SMALL " && continue ;;
+		always_register=0) REG0_MODES+="$ALL_REG0 " && continue ;;
+		esac
+		case " $ALL_CM " in *" $m "*) CM_MODES+="$m " && continue ;; esac
+		case " $ALL_SMALL " in *" $m "*) SMALL_MODES+="$m " && continue ;; esac
+		case " $ALL_REG0 " in *" $m "*) REG0_MODES+="$m " && continue ;; esac
 		case " $ALL_FFP wrong-data lost-write " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
 		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
 		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
@@ -379,6 +397,7 @@ if [ -n "$FFP_MODES" ]; then
 fi
 [ -z "$LOGIN_MODES" ] || N=$((N + 5 + 4 * $(wc -w <<<"$LOGIN_MODES")))
 [ -z "$UNSOL_MODES" ] || N=$((N + 15))
+[ -z "$CM_MODES" ] || N=$((N + 2 + 6 * $(wc -w <<<"$CM_MODES")))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -515,6 +534,40 @@ if [ -n "$UNSOL_MODES" ]; then
 	check "logout" iscsi_logout "$IQN" "$IP"
 	check "early-status: no Data-Out for an ITT the target never had" \
 		eval '! grep "^evil: Data-Out for an unknown" "$RISER_OUT/unsol.log"'
+	evil_stop
+fi
+
+# no_session_of IQN: no session to IQN is left.
+no_session_of() { ! iscsi_session "$1" >/dev/null; }
+
+# cm-garbage: a target whose CM accept (REP) carries a spoilt iSER CM header
+# (RFC 7145): cm-rsvd sets every reserved bit and byte (with Z, without I),
+# cm-short sends two bytes of the four (the CM pads private data with zeros
+# to its fixed 196 bytes, so riser sees 80 5a 00 00), cm-long the most a
+# REP carries (196 bytes: a header and garbage; more is refused by the CM
+# on the target's side and never reaches an initiator). riser reads the
+# target's header only for a debug line (it never uses ZBVA, and whether
+# it takes Send with Invalidate is its own choice), so each login must
+# succeed and the disk work; a login that failed would have to fail with
+# riser's reason and leave no session (initial_login_retry_max 0: a retry
+# would get a clean accept and hide it).
+if [ -n "$CM_MODES" ]; then
+	CM_MODES=$(echo $CM_MODES)
+	IQN=iqn.2026-11.org.riser:evil-cm
+	check "hostile target up (CM private data)" evil_start cm "${CM_MODES// /,}"
+	check "node record" node_setup "$IQN"
+	iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
+		-n node.session.initial_login_retry_max -v 0 >>"$RISER_OUT/guest.log" 2>&1
+	for m in $CM_MODES; do
+		dmesg_mark
+		check "$m: login through the spoilt CM header" iscsi_login "$IQN" "$IP"
+		check "$m: the target misbehaved" evil_fired cm "$m"
+		DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+		check "$m: fio verifies (4k, reads and writes)" fio_verify "$DEV" randrw 4k 4 1M
+		check "$m: the connection survived" no_conn_error
+		check "$m: logout" iscsi_logout "$IQN" "$IP"
+		check "$m: no session left behind" _wait_for 30 no_session_of "$IQN"
+	done
 	evil_stop
 fi
 
