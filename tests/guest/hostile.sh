@@ -398,6 +398,11 @@ fi
 [ -z "$LOGIN_MODES" ] || N=$((N + 5 + 4 * $(wc -w <<<"$LOGIN_MODES")))
 [ -z "$UNSOL_MODES" ] || N=$((N + 15))
 [ -z "$CM_MODES" ] || N=$((N + 2 + 6 * $(wc -w <<<"$CM_MODES")))
+if [ -n "$SMALL_MODES" ]; then
+	N=$((N + 7))
+	case " $SMALL_MODES " in *" burst-max "*) N=$((N + 15)) ;; esac
+	case " $SMALL_MODES " in *" burst-min "*) N=$((N + 10)) ;; esac
+fi
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -567,6 +572,169 @@ if [ -n "$CM_MODES" ]; then
 		check "$m: the connection survived" no_conn_error
 		check "$m: logout" iscsi_logout "$IQN" "$IP"
 		check "$m: no session left behind" _wait_for 30 no_session_of "$IQN"
+	done
+	evil_stop
+fi
+
+# riser_reload NAME PARAM...: riser unloaded, after a kmemleak scan that
+# can still name its frames (as at the end), and loaded again with PARAM;
+# kmemleak cleared after, as after the first insmod. iscsid is restarted
+# around it, so that it finds the new transport. 5 checks.
+_rmmod_riser() {
+	_wait_for 60 eval '[ "$(cat /sys/module/riser/refcnt)" = 0 ]' && rmmod riser
+}
+_insmod_riser() { insmod "$KO" "$@" && kmemleak_clear; }
+riser_reload() {
+	local name=$1
+	shift
+	check "kmemleak: nothing from riser before reloading it ($name)" \
+		no_leak_from_riser "$RISER_OUT/kmemleak-$name.txt"
+	check "iscsid stopped (to reload riser)" iscsi_stop
+	check "rmmod riser (to load it with: $*)" _rmmod_riser
+	check "insmod riser.ko $*, kmemleak cleared" _insmod_riser "$@"
+	check "iscsid started" iscsi_start
+}
+
+# small-pdu: a target that declares MaxRecvDataSegmentLength=512 (the least
+# RFC 7143 allows) with InitialR2T=No, ImmediateData=Yes; burst-max answers
+# FirstBurstLength and MaxBurstLength with the initiator's offer up to
+# 2^24 - 1 (the node record offers that; iscsid sends it rounded down to a
+# multiple of 4, 2^24 - 4), burst-min with 512 (the least).
+# riser is loaded with max_sectors=4096 so that one command can need more
+# unsolicited Data-Outs than its connection's pool (512 commands x 4 on
+# rxe: 2048): a WRITE of 1 MiB + 512 bytes is 512 bytes of immediate data
+# and 2048 Data-Outs, one block more needs 2049. riser refuses such a
+# command in init_task (libiscsi completes it with DID_ABORT, which the
+# SCSI layer does not retry) and logs it; the connection lives on.
+DO_POOL=2048
+BIG_OK=$(((DO_POOL + 1) * 512))
+BIG_NO=$((BIG_OK + 512))
+small_node() {
+	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
+	node_setup "$1" &&
+		"${n[@]}" -n node.session.iscsi.InitialR2T -v No &&
+		"${n[@]}" -n node.session.iscsi.ImmediateData -v Yes &&
+		"${n[@]}" -n node.session.iscsi.FirstBurstLength -v 16777215 &&
+		"${n[@]}" -n node.session.iscsi.MaxBurstLength -v 16777215 &&
+		"${n[@]}" -n node.session.initial_login_retry_max -v 0
+}
+# small_negotiated FIRST MAX: the session runs with 512-byte PDUs to the
+# target, unsolicited data, and those bursts.
+small_negotiated() {
+	local out
+	out=$(iscsiadm -m session -P 3) || return 1
+	grep -E "InitialR2T|ImmediateData|BurstLength|MaxXmitDataSegmentLength" <<<"$out"
+	grep -q "InitialR2T: No" <<<"$out" && grep -q "ImmediateData: Yes" <<<"$out" &&
+		grep -q "FirstBurstLength: $1\$" <<<"$out" &&
+		grep -q "MaxBurstLength: $2\$" <<<"$out" &&
+		grep -q "MaxXmitDataSegmentLength: 512\$" <<<"$out"
+}
+# evil_answered KEY: the value the small-pdu target last answered for KEY.
+evil_answered() {
+	grep "^evil: login: $1 offered" "$RISER_OUT/small.log" | tail -1 | awk '{ print $NF }'
+}
+# bytes_roundtrip BYTES MIB: BYTES of random data written in one O_DIRECT
+# write at MiB MIB and read back equal in one read.
+bytes_roundtrip() {
+	head -c "$1" /dev/urandom >/tmp/big &&
+		timeout 150 dd if=/tmp/big of="$DEV" bs="$1" count=1 seek=$(($2 << 20)) \
+			oflag=direct,seek_bytes status=none &&
+		timeout 150 dd if="$DEV" bs="$1" count=1 skip=$(($2 << 20)) \
+			iflag=direct,skip_bytes status=none | cmp - /tmp/big
+}
+# write_refused BYTES: one O_DIRECT write of BYTES fails, and not by hanging.
+write_refused() {
+	local rc
+	head -c "$1" /dev/urandom >/tmp/big
+	timeout 150 dd if=/tmp/big of="$DEV" bs="$1" count=1 seek=$((12 << 20)) \
+		oflag=direct,seek_bytes status=none
+	rc=$?
+	echo "the $1-byte write ended with status $rc"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ]
+}
+# refused_once BYTES NEED: riser logged the refusal of the BYTES write once
+# (no retry, no requeue loop).
+refused_once() {
+	local n
+	n=$(dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" |
+		grep -cE "riser: a $1-byte write needs $2 unsolicited Data-Outs, more than the connection's $DO_POOL")
+	echo "riser's refusal logged $n times"
+	[ "$n" = 1 ]
+}
+# read_2m: 2 MiB written as two 1 MiB writes, read back in one 2 MiB READ
+# (the block layer cuts it at max_sectors_kb) equal.
+read_2m() {
+	head -c 2M /dev/urandom >/tmp/big &&
+		dd if=/tmp/big of="$DEV" bs=1M count=2 seek=16 oflag=direct status=none &&
+		timeout 150 dd if="$DEV" bs=2M count=1 skip=8 iflag=direct status=none |
+		cmp - /tmp/big
+}
+small_max() {
+	local fb
+	dmesg_mark
+	check "burst-max: login" iscsi_login "$IQN" "$IP"
+	check "burst-max: the target misbehaved" evil_fired small burst-max
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "burst-max: disk $DEV appears" test -b "$DEV"
+	fb=$(evil_answered FirstBurstLength)
+	echo "burst-max: FirstBurstLength answered $fb, MaxBurstLength $(evil_answered MaxBurstLength)" \
+		>>"$RISER_OUT/guest.log"
+	# iscsid offers the node record's 2^24 - 1 rounded down to a multiple
+	# of 4: 2^24 - 4 is the most an open-iscsi initiator negotiates.
+	check "burst-max: negotiated 512-byte PDUs, bursts of 2^24 - 4 (iscsid's most; answered $fb)" \
+		small_negotiated 16777212 16777212
+	check "burst-max: fio verifies (4k: 512 immediate, 7 Data-Outs)" \
+		fio_verify "$DEV" randrw 4k 4 2M
+	check "burst-max: fio verifies (1 MiB writes: 512 immediate, 2047 Data-Outs)" \
+		fio_verify "$DEV" write 1m 2 4M
+	check "burst-max: a $BIG_OK-byte write (2048 Data-Outs: the pool) reads back" \
+		bytes_roundtrip "$BIG_OK" 8
+	dmesg_mark
+	check "burst-max: a $BIG_NO-byte write (2049 Data-Outs) fails, no hang" \
+		write_refused "$BIG_NO"
+	check "burst-max: riser logged the refusal once (no requeue, no retry)" \
+		_wait_for 10 refused_once "$BIG_NO" 2049
+	check "burst-max: the connection survived" no_conn_error
+	check "burst-max: a 2 MiB READ returns what was written" read_2m
+	# (Once seen stalled here until a ping timeout failed the connection:
+	# the target prints what it waits for 40 s in, SIGUSR1.)
+	(sleep 40 && kill -USR1 "$EVIL_PID") 2>/dev/null &
+	DUMP=$!
+	check "burst-max: fio still verifies after" fio_verify "$DEV" randrw 4k 4 1M
+	kill "$DUMP" 2>/dev/null
+	wait "$DUMP" 2>/dev/null
+	check "burst-max: the disk reads and writes" pattern_roundtrip 2
+	check "burst-max: logout" iscsi_logout "$IQN" "$IP"
+	check "burst-max: no session left behind" _wait_for 30 no_session_of "$IQN"
+}
+small_min() {
+	dmesg_mark
+	check "burst-min: login" iscsi_login "$IQN" "$IP"
+	check "burst-min: the target misbehaved" evil_fired small burst-min
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "burst-min: disk $DEV appears" test -b "$DEV"
+	check "burst-min: negotiated 512-byte PDUs, bursts of 512" small_negotiated 512 512
+	check "burst-min: fio verifies (4k: 512 immediate, the rest by RDMA READ)" \
+		fio_verify "$DEV" randrw 4k 4 2M
+	check "burst-min: fio verifies (1 MiB writes)" fio_verify "$DEV" write 1m 2 4M
+	check "burst-min: a 2 MiB write (no Data-Out at all) reads back" \
+		bytes_roundtrip $((2 << 20)) 8
+	check "burst-min: the connection survived" no_conn_error
+	check "burst-min: logout" iscsi_logout "$IQN" "$IP"
+	check "burst-min: no session left behind" _wait_for 30 no_session_of "$IQN"
+}
+if [ -n "$SMALL_MODES" ]; then
+	SMALL_MODES=$(echo $SMALL_MODES)
+	IQN=iqn.2026-11.org.riser:evil-small
+	riser_reload small max_sectors=4096
+	check "hostile target up (512-byte PDUs, bursts at the extremes)" \
+		evil_start small "${SMALL_MODES// /,}" -u 512 -r 2048
+	check "node record offering bursts of 2^24 - 1" small_node "$IQN"
+	for m in $SMALL_MODES; do
+		case $m in
+		burst-max) small_max ;;
+		burst-min) small_min ;;
+		esac
 	done
 	evil_stop
 fi
