@@ -403,6 +403,7 @@ if [ -n "$SMALL_MODES" ]; then
 	case " $SMALL_MODES " in *" burst-max "*) N=$((N + 15)) ;; esac
 	case " $SMALL_MODES " in *" burst-min "*) N=$((N + 10)) ;; esac
 fi
+[ -z "$REG0_MODES" ] || N=$((N + 23))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -736,6 +737,57 @@ if [ -n "$SMALL_MODES" ]; then
 		burst-min) small_min ;;
 		esac
 	done
+	evil_stop
+fi
+
+# always_register=0: riser reloaded with it (its warnings: at load, and per
+# session), then a target that answers the trigger READ (4 KiB: one
+# segment, so riser gives the PD's global rkey, unregistered) by
+# SEND_WITH_INV of that key, though riser's CM header refused Send with
+# Invalidate. The target says whether the key is the priming READ's (the
+# global rkey is the same for every such READ). riser must not take it for
+# its task's invalidation: the connection fails ("foreign remote
+# invalidation"; on rxe the device refuses the invalidation of the global
+# rkey's DMA MR first, which riser sees as a receive error), the session
+# comes back, every trigger command is retried and returns the disk's data.
+# Last, so that riser keeps the option to the end checks.
+REG0_EXPECT="$FAILED: (receive error|foreign remote invalidation)"
+if [ -n "$REG0_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil-reg0
+	dmesg_mark
+	riser_reload reg0 always_register=0
+	check "riser warned at load: always_register=0 gives targets the global rkey" \
+		dmesg_has "riser: always_register=0: targets are given the global rkey"
+	check "hostile target up (always_register=0)" evil_start reg0 inv-global
+	check "node record" node_setup "$IQN"
+	dmesg_mark
+	check "login" iscsi_login "$IQN" "$IP"
+	check "riser warned for the session" \
+		_wait_for 10 dmesg_has "riser: session to $IP:3260 runs with always_register=0"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "known data where the trigger READs look" trigger_data_setup
+	dmesg_mark
+	evil_mark reg0
+	dd if=/dev/urandom of=/tmp/pattern bs=64k count=4 status=none
+	trigger inv-global >>"$RISER_OUT/guest.log" 2>&1
+	check "inv-global: the target misbehaved" evil_fired reg0 inv-global 60
+	check "inv-global: the READ's STag was the priming READ's (the global rkey), and riser's CM header refused Send with Invalidate" \
+		evil_says reg0 "^evil: inv-global: .*: same key; initiator's CM header refuses"
+	check "inv-global: no trigger command hung" no_hang
+	check "inv-global: dmesg has: $REG0_EXPECT" _wait_for 60 dmesg_has "$REG0_EXPECT"
+	check "inv-global: session logged in again" _wait_for 120 session_up "$IQN"
+	check "inv-global: every trigger command succeeded, each READ returned the disk's data" \
+		reads_ok inv-global
+	check "inv-global: the write beside it was reported done and reads back equal" \
+		written_reads_back
+	check "inv-global: the disk reads and writes" pattern_roundtrip 2
+	check "inv-global: fio verifies after (4k: unregistered reads)" \
+		fio_verify "$DEV" randrw 4k 4 1M
+	dmesg_mark
+	check "logout" iscsi_logout "$IQN" "$IP"
+	check "riser counted commands sent with unregistered buffers" \
+		_wait_for 10 dmesg_has "riser: connection to $IP:3260: [1-9][0-9]* commands sent with unregistered buffers"
 	evil_stop
 fi
 
