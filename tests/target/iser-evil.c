@@ -8,7 +8,7 @@
  * hang or a write reported done that was not.
  *
  *   iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s SIZE_MB]
- *             [-u MRDSL] [-v]
+ *             [-u MRDSL] [-r NRX] [-v]
  *   iser-evil -P LBA:BLOCKS     prints the stamp pattern of those blocks
  *
  * It accepts one connection at a time, for ever (iscsid reconnects after a
@@ -39,6 +39,17 @@
  * CHECK CONDITION when its command arrives and checks every Data-Out that
  * still comes for it against the stamp pattern (-P) that the test wrote:
  * "evil: foreign data in Data-Out ..." would be other memory of the host.
+ *
+ * Modes of their own phases: cm-rsvd, cm-short and cm-long spoil the iSER
+ * CM header in the accept of the next connection (cm_garbage). With -u,
+ * burst-max and burst-min fire at the next login's operational stage: from
+ * then on FirstBurstLength and MaxBurstLength are answered with at most
+ * 2^24 - 1 or 512 ("evil: login: KEY offered N, answered M"). inv-global
+ * answers the trigger READ by SEND_WITH_INV of its own STag even when the
+ * initiator's CM header refused Send with Invalidate, and says whether
+ * that STag is the priming READ's (always_register=0: the global rkey).
+ * -r NRX: receive buffers per connection (a first burst of 2^24 - 1 bytes
+ * comes as thousands of Data-Outs at once).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -79,6 +90,8 @@ enum mode {
 	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING, M_LATE_WRITE, M_LATE_READ,
 	M_LATE_ABORT, M_EARLY_STATUS, M_LOGOUT_PING, M_DATA_IN, M_R2T, M_REJECT,
 	M_WRONG_DATA, M_LOST_WRITE,
+	/* Each in a phase of its own (hostile.sh): see conn_modes_doc below. */
+	M_CM_RSVD, M_CM_SHORT, M_CM_LONG, M_BURST_MAX, M_BURST_MIN, M_INV_GLOBAL,
 };
 
 static const char *const mode_names[] = {
@@ -97,6 +110,9 @@ static const char *const mode_names[] = {
 	[M_REJECT] = "reject",
 	/* A broken target, to show by hand that hostile.sh's checks can fail. */
 	[M_WRONG_DATA] = "wrong-data", [M_LOST_WRITE] = "lost-write",
+	[M_CM_RSVD] = "cm-rsvd", [M_CM_SHORT] = "cm-short", [M_CM_LONG] = "cm-long",
+	[M_BURST_MAX] = "burst-max", [M_BURST_MIN] = "burst-min",
+	[M_INV_GLOBAL] = "inv-global",
 };
 
 /*
@@ -173,6 +189,9 @@ struct conn {
 	bool disc_on;
 	struct timespec disc_due;
 	struct early early[NEARLY];
+	uint32_t first_burst;	/* -u: the FirstBurstLength answered (0: none yet) */
+	uint32_t prime_rstag;	/* inv-global: the priming READ's STag */
+	bool burst_seen;	/* a burst mode fired on this connection */
 };
 
 /* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
@@ -205,6 +224,23 @@ static bool lost_armed;
 static uint32_t unsol_mrdsl;
 #define FIRST_BURST 262144u
 /*
+ * The largest FirstBurstLength and MaxBurstLength the target answers:
+ * FIRST_BURST, or from burst-max on 2^24 - 1 (the most RFC 7143 allows),
+ * from burst-min on 512 (the least). Each connection keeps the
+ * FirstBurstLength its login settled on.
+ */
+static uint32_t burst_cap = FIRST_BURST;
+#define BURST_MAX 16777215u
+#define BURST_MIN 512u
+/*
+ * A burst mode fires on the first login, and then only on the first login
+ * after a Logout Request: the reconnection of a failed connection keeps the
+ * session's bursts.
+ */
+static bool burst_ready = true;
+/* Receive buffers a connection posts (-r; 128 by default). */
+static int nrx = NRX;
+/*
  * Scratch memory after the disk, in its MR: a page for INQUIRY and
  * friends, then room for what a late RDMA READ brings.
  */
@@ -218,6 +254,8 @@ static struct conn *cur;
 static struct rdma_event_channel *ec;
 
 static struct conn *conn_new(struct rdma_cm_event *ev);
+/* SIGUSR1: print the commands the target waits on (state_dump). */
+static volatile sig_atomic_t dump_wanted;
 static void logv(const char *fmt, ...);
 static double now_s(void);
 
@@ -283,9 +321,19 @@ static void fire(void)
 	mode = next_mode < nmodes ? modes[next_mode] : M_NONE;
 }
 
+/*
+ * Modes that fire when a connection is accepted (the CM modes) or at its
+ * operational login stage (the burst modes): never on a READ.
+ */
+static bool conn_mode(enum mode m)
+{
+	return m == M_CM_RSVD || m == M_CM_SHORT || m == M_CM_LONG || m == M_BURST_MAX ||
+	       m == M_BURST_MIN;
+}
+
 static bool login_mode(enum mode m)
 {
-	return m == M_LOGIN_LONG || m == M_LOGIN_DSL || m == M_LOGIN_BAD;
+	return m == M_LOGIN_LONG || m == M_LOGIN_DSL || m == M_LOGIN_BAD || conn_mode(m);
 }
 
 static bool armed(enum mode m)
@@ -649,6 +697,20 @@ static void put_text(uint8_t *d, size_t *len, const char *key, const char *val)
 	*len += (size_t)sprintf((char *)d + *len, "%s=%s", key, val) + 1;
 }
 
+/*
+ * burst-max, burst-min (-u only): from this login on, answer
+ * FirstBurstLength and MaxBurstLength with at most 2^24 - 1 or 512.
+ */
+static void burst_fire(struct conn *c)
+{
+	if (c->burst_seen || !burst_ready || (!armed(M_BURST_MAX) && !armed(M_BURST_MIN)))
+		return;
+	c->burst_seen = true;
+	burst_ready = false;
+	burst_cap = armed(M_BURST_MAX) ? BURST_MAX : BURST_MIN;
+	fire();
+}
+
 /* Login: answer each stage; the operational stage takes the initiator's keys. */
 static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 {
@@ -660,6 +722,8 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 
 	if (i < 0)
 		return;
+	if (csg == 1 && unsol_mrdsl)
+		burst_fire(c);
 	p = pdu_start(c, i);
 	r = p + ISER_HDR;
 	d = p + HDRS;
@@ -699,8 +763,13 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 			char v[16];
 			unsigned long n = strtoul(eq + 1, NULL, 0);
 
-			snprintf(v, sizeof(v), "%lu", n < FIRST_BURST ? n : FIRST_BURST);
+			n = n < burst_cap ? n : burst_cap;
+			snprintf(v, sizeof(v), "%lu", n);
 			put_text(d, &len, kv, v);
+			if (!strcmp(kv, "FirstBurstLength"))
+				c->first_burst = (uint32_t)n;
+			printf("evil: login: %s offered %s, answered %lu\n", kv, eq + 1, n);
+			fflush(stdout);
 		} else {
 			put_text(d, &len, kv, eq + 1);
 		}
@@ -776,6 +845,22 @@ static void ping_answered(struct conn *c, uint32_t ttt)
 	printf("evil: pings answered %d\n", c->pings_sent);
 	fflush(stdout);
 	c->pings_sent = 0;
+}
+
+/*
+ * inv-global: the READ's response by SEND_WITH_INV of the STag it was
+ * given, whatever the initiator's CM header said. With always_register=0 a
+ * one-segment READ's STag is the PD's global rkey: the same for the
+ * priming READ, which the target says.
+ */
+static void inv_global(struct conn *c, uint32_t itt, uint32_t rstag)
+{
+	printf("evil: inv-global: READ itt 0x%08x STag 0x%08x, the priming READ's 0x%08x: %s; initiator's CM header %s Send with Invalidate\n",
+	       itt, rstag, c->prime_rstag, rstag == c->prime_rstag ? "same key" : "another key",
+	       c->inv_ok ? "takes" : "refuses");
+	fflush(stdout);
+	c->inv_ok = true;
+	send_rsp(c, itt, 0, 0, 0, 0, true, rstag);
 }
 
 /* The misbehaviours that replace the response to a READ. */
@@ -881,6 +966,9 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 	case M_INV_BAD:
 		c->inv_ok = true;
 		send_rsp(c, itt, 0, 0, 0, 0, true, rstag ^ 0x5a);
+		break;
+	case M_INV_GLOBAL:
+		inv_global(c, itt, rstag);
 		break;
 	case M_BAD_VERSION:
 	case M_BAD_FLAGS:
@@ -1111,8 +1199,10 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			return;
 		}
 		c->reads++;
-		if (fire_lba >= 0 && (long long)lba == fire_lba - 8)
+		if (fire_lba >= 0 && (long long)lba == fire_lba - 8) {
 			primed = true;
+			c->prime_rstag = rstag;
+		}
 		trig = fire_lba >= 0 ? primed && (long long)lba == fire_lba : c->reads >= fire_at;
 		if (mode == M_LOGOUT_PING && trig) {
 			/* Served normally; the next NOP-Out ping fires it. */
@@ -1208,7 +1298,8 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 		uint64_t off = lba * BLOCK;
 		uint32_t len = blocks * BLOCK;
 		/* InitialR2T=No: the first burst comes unasked. */
-		uint32_t unsol = unsol_mrdsl ? (len < FIRST_BURST ? len : FIRST_BURST) : 0;
+		uint32_t fb = c->first_burst ? c->first_burst : FIRST_BURST;
+		uint32_t unsol = unsol_mrdsl ? (len < fb ? len : fb) : 0;
 		bool wsv = flags & 0x08, late = false;
 		int pi;
 
@@ -1386,6 +1477,7 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		send_simple(c, 0x24, be32(bhs + 16), 0xffffffff, true, NULL, 0);
 		break;
 	case 0x06:	/* Logout */
+		burst_ready = true;
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
 		send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
@@ -1459,6 +1551,43 @@ static void conn_free(struct conn *c)
 	free(c);
 }
 
+/*
+ * The CM modes: the iSER CM header in the accept (REP) spoilt. cm-rsvd:
+ * every reserved bit set (flags byte and the three reserved bytes), beside
+ * Z; cm-short: two bytes, a header cut short (the CM pads it with zeros);
+ * cm-long: the most private data a REP carries, 196 bytes (the CM refuses
+ * more, on the target's side), a valid header and 192 bytes of garbage.
+ */
+#define CM_REP_MAX 196
+static void cm_garbage(struct rdma_conn_param *cp)
+{
+	static uint8_t g[CM_REP_MAX];
+	enum mode m = mode;
+
+	if (m != M_CM_RSVD && m != M_CM_SHORT && m != M_CM_LONG)
+		return;
+	memset(g, 0, sizeof(g));
+	if (m == M_CM_RSVD) {
+		g[0] = 0xbf;	/* Z, not I, every reserved bit */
+		memset(g + 1, 0xff, 3);
+		cp->private_data_len = 4;
+	} else if (m == M_CM_SHORT) {
+		g[0] = 0x80;
+		g[1] = 0x5a;
+		cp->private_data_len = 2;
+	} else {
+		g[0] = 0x80;
+		for (int i = 4; i < CM_REP_MAX; i++)
+			g[i] = (uint8_t)(0xa5 ^ i);
+		cp->private_data_len = CM_REP_MAX;
+	}
+	cp->private_data = g;
+	fire();
+	printf("evil: %s: accept carries %u bytes of private data: %02x %02x %02x %02x ...\n",
+	       mode_names[m], cp->private_data_len, g[0], g[1], g[2], g[3]);
+	fflush(stdout);
+}
+
 static struct conn *conn_new(struct rdma_cm_event *ev)
 {
 	struct conn *c = calloc(1, sizeof(*c));
@@ -1476,12 +1605,12 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 	c->ch = ibv_create_comp_channel(id->verbs);
 	if (!c->pd || !c->ch)
 		goto fail;
-	c->cq = ibv_create_cq(id->verbs, NRX + 2 * NTX + NPEND, NULL, c->ch, 0);
-	c->rx = calloc(NRX, RX_SIZE);
+	c->cq = ibv_create_cq(id->verbs, nrx + 2 * NTX + NPEND, NULL, c->ch, 0);
+	c->rx = calloc((size_t)nrx, RX_SIZE);
 	c->tx = calloc(NTX, TX_SIZE);
 	if (!c->cq || !c->rx || !c->tx)
 		goto fail;
-	c->rx_mr = ibv_reg_mr(c->pd, c->rx, (size_t)NRX * RX_SIZE, IBV_ACCESS_LOCAL_WRITE);
+	c->rx_mr = ibv_reg_mr(c->pd, c->rx, (size_t)nrx * RX_SIZE, IBV_ACCESS_LOCAL_WRITE);
 	c->tx_mr = ibv_reg_mr(c->pd, c->tx, (size_t)NTX * TX_SIZE, 0);
 	c->disk_mr = ibv_reg_mr(c->pd, disk, disk_size + SCRATCH, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->rx_mr || !c->tx_mr || !c->disk_mr)
@@ -1490,13 +1619,13 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 	qa.recv_cq = c->cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.cap.max_send_wr = 2 * NTX + NPEND;
-	qa.cap.max_recv_wr = NRX;
+	qa.cap.max_recv_wr = (uint32_t)nrx;
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
 	if (rdma_create_qp(id, c->pd, &qa))
 		goto fail;
 	fcntl(c->ch->fd, F_SETFL, fcntl(c->ch->fd, F_GETFL) | O_NONBLOCK);
-	for (int i = 0; i < NRX; i++)
+	for (int i = 0; i < nrx; i++)
 		if (post_rx(c, i))
 			goto fail;
 	if (req->private_data_len >= 4) {
@@ -1509,6 +1638,7 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 		goto fail;
 	cp.private_data = hello;
 	cp.private_data_len = sizeof(hello);
+	cm_garbage(&cp);
 	cp.responder_resources = req->initiator_depth;
 	cp.initiator_depth = req->responder_resources < da.max_qp_init_rd_atom ?
 			     req->responder_resources : da.max_qp_init_rd_atom;
@@ -1523,9 +1653,40 @@ fail:
 	return NULL;
 }
 
+static void on_usr1(int sig)
+{
+	(void)sig;
+	dump_wanted = 1;
+}
+
+/* What the current connection waits for: WRITEs missing data, sends in flight. */
+static void state_dump(struct conn *c)
+{
+	int n = 0;
+
+	printf("evil: state at %.3f: %s", now_s(), c ? "" : "no connection\n");
+	if (!c) {
+		fflush(stdout);
+		return;
+	}
+	printf("%d sends in flight, exp_cmdsn %u, statsn %u%s\n", c->tx_inflight, c->exp_cmdsn,
+	       c->statsn, c->silent ? ", silent" : "");
+	for (int i = 0; i < NPEND; i++) {
+		struct pend *pe = &c->pend[i];
+
+		if (!pe->used)
+			continue;
+		n++;
+		printf("evil: state: WRITE itt 0x%08x, %u bytes, %u unsolicited bytes not come%s\n",
+		       pe->itt, pe->len, pe->unsol_left, pe->rdma_busy ? ", RDMA READ in flight" : "");
+	}
+	printf("evil: state: %d WRITEs waiting\n", n);
+	fflush(stdout);
+}
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-u MRDSL] [-v]\n"
+	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-u MRDSL] [-r NRX] [-v]\n"
 		"       iser-evil -P LBA:BLOCKS   (prints the stamp pattern of those blocks)\nmodes:");
 	for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
 		fprintf(stderr, " %s", mode_names[i]);
@@ -1540,9 +1701,10 @@ int main(int argc, char **argv)
 	const char *addr = NULL;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:u:P:v")) != -1) {
+	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:u:r:P:v")) != -1) {
 		switch (opt) {
 		case 'u': unsol_mrdsl = (uint32_t)atoi(optarg); break;
+		case 'r': nrx = atoi(optarg); break;
 		case 'P': {
 			unsigned long long lba, n;
 
@@ -1578,9 +1740,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!addr || inet_pton(AF_INET, addr, &sin.sin_addr) != 1 || disk_size < (1u << 20) ||
-	    (unsol_mrdsl && (unsol_mrdsl < 512 || unsol_mrdsl > MAX_DSL)))
+	    (unsol_mrdsl && (unsol_mrdsl < 512 || unsol_mrdsl > MAX_DSL)) || nrx < 1 ||
+	    nrx > 8192)
 		usage();
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGUSR1, on_usr1);
 	/* The disk, and scratch after it for INQUIRY and friends (a page) and
 	 * for late RDMA READs. */
 	disk = calloc(1, disk_size + SCRATCH);
@@ -1629,6 +1793,10 @@ int main(int argc, char **argv)
 					timeout = (int)ms;
 				}
 			}
+		}
+		if (dump_wanted) {
+			dump_wanted = 0;
+			state_dump(cur);
 		}
 		if (cur && cur->closing && !cur->disconnecting) {
 			cur->disconnecting = true;
