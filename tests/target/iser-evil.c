@@ -43,7 +43,7 @@
  * Modes that answer the trigger READ and then add a PDU: logout-unprompted
  * (a Logout Response with the READ's ITT), async-logout, async-dropconn,
  * async-dropall, async-negotiate (Async Message 1 to 4; 2 and 3 announce
- * Time2Wait 2 s and hang up 200 ms later), nop-data (a ping, TTT valid,
+ * Time2Wait 2 s or 20 s and hang up 200 ms later), nop-data (a ping, TTT valid,
  * with 200 bytes), big-nop (a NOP-In with 8 KiB), ff-login (a final Login
  * Response). big-sense and big-rsp answer it with CHECK CONDITION (UNIT
  * ATTENTION, 252 bytes of sense) in a 254-byte or 8 KiB segment and say
@@ -1078,12 +1078,16 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 	case M_ASYNC_DROPCONN:
 	case M_ASYNC_DROPALL:
 		/*
-		 * The READ's response, then "dropping connection 0" (or all
-		 * connections) with Time2Wait 2 s and Time2Retain 10 s, and the
-		 * hang-up 200 ms later.
+		 * The READ's response, then "dropping connection 0" with
+		 * Time2Wait 2 s (or all connections, 20 s: longer than a
+		 * reconnect takes under TCG, so that the wait shows), Time2Retain
+		 * 30 s, and the hang-up 200 ms later.
 		 */
 		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_async(c, m == M_ASYNC_DROPCONN ? 2 : 3, 0, 2, 10);
+		if (m == M_ASYNC_DROPCONN)
+			send_async(c, 2, 0, 2, 30);
+		else
+			send_async(c, 3, 0, 20, 30);
 		c->disc_on = true;
 		ts_after(&c->disc_due, 200);
 		break;
