@@ -7,7 +7,11 @@
 # remote invalidation, over-long sends, bad iSER headers, floods, a target
 # that stops answering, RDMA accesses with a command's STag after the
 # command ended, a Logout Response to a ping, bad login responses, an early
-# status while unsolicited Data-Outs are on their way.
+# status while unsolicited Data-Outs are on their way; a Logout Response
+# nobody asked for, Async Messages 1 to 4, NOP-Ins with data, an 8 KiB
+# response, remote invalidation by a NOP-In or by a command without memory,
+# a response held back until its task slot is in use again after a
+# reconnect, a second Login Response in full-feature phase.
 #
 # One session lives through every full-feature mode in turn, with fio
 # writing and verifying (crc32c) in rounds until the last mode is done:
@@ -64,6 +68,20 @@ evil_mark() { EVIL_MARK=$(wc -l <"$RISER_OUT/$1.log"); }
 evil_since() { tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log"; }
 evil_says() { evil_since "$1" | grep -qE "$2"; }
 evil_tmf() { evil_says "$1" "^evil: TMF function $2"; }
+
+# iscsid_mark, iscsid_says PATTERN: what iscsid logged (iscsid.log) since
+# the mark.
+iscsid_mark() { ISCSID_MARK=$(wc -l <"$RISER_OUT/iscsid.log"); }
+iscsid_says() { tail -n +$((ISCSID_MARK + 1)) "$RISER_OUT/iscsid.log" | grep -qE "$1"; }
+# reconnect_after SECONDS: the target's first new connection came at least
+# SECONDS after it hung up as announced.
+reconnect_after() {
+	local down up
+	down=$(evil_since ffp | sed -n 's/^evil: disconnecting as announced at //p' | head -n 1)
+	up=$(evil_since ffp | sed -n 's/^evil: connection accepted at //p' | head -n 1)
+	echo "hung up at ${down:-?}, next connection accepted at ${up:-?}"
+	[ -n "$down" ] && [ -n "$up" ] && awk -v a="$down" -v b="$up" -v t="$1" 'BEGIN { exit !(b - a >= t) }'
+}
 
 # evil_late LOG write|read: the target's late access with an old STag was
 # made, and refused at the initiator (any failed completion but a flush,
@@ -139,6 +157,12 @@ trigger() {
 	fi
 	t=$!
 	sleep 1
+	# inv-nomr answers a command without data (and without a
+	# registration) when it comes, with the READ's rkey.
+	if [ "$1" = inv-nomr ]; then
+		timeout 150 sg_turs "$DEV"
+		echo "trigger $1: TEST UNIT READY status $?"
+	fi
 	dd_rc SIDE timeout 150 dd if="$DEV" of=/tmp/got.side bs=4k skip=64 count=1 \
 		iflag=direct status=none
 	dd_rc WRITE timeout 150 dd if=/tmp/pattern of="$DEV" bs=64k seek=32 oflag=direct \
@@ -193,6 +217,8 @@ reads_ok() {
 }
 
 FAILED="riser: connection to $IP:3260 failed"
+# riser's line when a connection is torn down (failed or not).
+ENDED="riser: connection to $IP:3260: [0-9]+ registrations invalidated"
 no_conn_error() { ! dmesg_has "riser: connection to|detected conn error"; }
 # The write beside the trigger was reported done and reads back equal.
 written_reads_back() {
@@ -240,9 +266,10 @@ fio_signal() { kill -"$1" $(_tree "$FIO") 2>/dev/null; }
 # PATTERN (an extended regex) must appear in dmesg after the trigger; with no
 # PATTERN the connection must survive.
 ffp() {
-	local mode=$1 pattern=${2:-} t0
+	local mode=$1 pattern=${2:-} t0 said
 	dmesg_mark
 	evil_mark ffp
+	iscsid_mark
 	dd if=/dev/urandom of=/tmp/pattern bs=64k count=4 status=none
 	# A silent target is found by the SCSI command timer, set short for
 	# those modes only. Elsewhere the default 30 s: under KASAN in TCG the
@@ -257,6 +284,15 @@ ffp() {
 	# 5 s without a PDU from the target.
 	[ "$mode" != logout-ping ] || fio_signal STOP
 	trigger "$mode" >>"$RISER_OUT/guest.log" 2>&1
+	# stale-held fires when a command takes the held READ's task slot
+	# on a later connection: 400 READs (4 KiB at 8 MiB, away from the
+	# rest) go through all of libiscsi's slots (cmds_max 128 plus 15)
+	# even if fio has stopped.
+	if [ "$mode" = stale-held ]; then
+		timeout 300 dd if="$DEV" of=/dev/null bs=4k skip=2048 count=400 iflag=direct \
+			status=none
+		echo "stale-held: 400 READs to reuse the slot: status $?"
+	fi >>"$RISER_OUT/guest.log" 2>&1
 	# (logout-ping fires on the first ping: 5 s after the trigger went
 	# idle and up to 5 s more, seen 15 s; under TCG more.)
 	check "$mode: the target misbehaved" evil_fired ffp "$mode" 60
@@ -306,7 +342,50 @@ ffp() {
 		echo "$mode: failure logged $((SECONDS - t0)) s after the target fired" \
 			>>"$RISER_OUT/guest.log"
 		;;
+	async-*)
+		# iscsid acts on the event (libiscsi passes Async Messages up):
+		# 1, logout within Parameter3 s: it logs out (the target
+		# answers) and logs in again; 2 and 3, the target drops the
+		# connection (or all) and iscsid waits Time2Wait (Parameter2:
+		# 2 s, or 20 s for all, which a reconnect under TCG, 5 to 13 s,
+		# does not take by itself) before it reconnects; 4,
+		# renegotiation: iscsid drops the connection, logs in again.
+		case $mode in
+		async-logout) said="Target requests logout within 2 seconds" ;;
+		async-dropconn) said="Target dropping 0, reconnect min 2 max 30" ;;
+		async-dropall) said="Target dropping all connections, reconnect min 20 max 30" ;;
+		*) said="Received async event param negotiation" ;;
+		esac
+		check "$mode: iscsid logged: $said" _wait_for 30 iscsid_says "$said"
+		[ "$mode" != async-logout ] ||
+			check "$mode: the initiator sent a Logout Request, answered" \
+				_wait_for 30 evil_says ffp "^evil: Logout Request itt"
+		check "$mode: the session logged in on a new connection" \
+			_wait_for 60 evil_says ffp "^evil: connection accepted"
+		case $mode in
+		async-dropconn) ;;
+		async-dropall)
+			check "$mode: iscsid reconnected no sooner than Time2Wait (20 s) after the hang-up" \
+				reconnect_after 20
+			;;
+		*)
+			check "$mode: no connection failure logged (iscsid ended it)" \
+				eval '! dmesg_has "$FAILED|detected conn error"'
+			;;
+		esac
+		;;
+	big-sense | big-rsp)
+		# UNIT ATTENTION (power on or reset): the SCSI layer retries.
+		check "$mode: the READ answered with 252 bytes of sense came again" \
+			_wait_for 30 evil_says ffp "^evil: retried READ of block $TRIGGER_LBA"
+		;;
+	stale-held)
+		check "$mode: libiscsi refused the response of the old session age" \
+			dmesg_has "received itt [0-9a-f]+ expected session age"
+		;;
 	esac
+	evil_since ffp | grep -E "^evil: (nop-data|stale-held|inv-nomr|Logout Request|disconnecting)" \
+		>>"$RISER_OUT/guest.log"
 	check "$mode: session logged in (again)" _wait_for 120 session_up "$IQN"
 	echo "$mode: logged in $((SECONDS - t0)) s after the target fired" >>"$RISER_OUT/guest.log"
 	[ "$mode" != logout-ping ] || fio_signal CONT
@@ -320,8 +399,11 @@ ffp() {
 # The number of checks ffp MODE runs.
 ffp_checks() {
 	case $1 in
-	silent-all | late-abort) echo 10 ;;
+	async-logout) echo 12 ;;
+	async-dropall | async-negotiate) echo 11 ;;
+	silent-all | late-abort | async-dropconn) echo 10 ;;
 	ping | silent | reject | late-write | late-read | logout-ping) echo 9 ;;
+	big-sense | big-rsp | stale-held) echo 9 ;;
 	*) echo 8 ;;
 	esac
 }
@@ -357,6 +439,26 @@ declare -A EXPECT=(
 	[late-read]="$FAILED"
 	[late-abort]="$FAILED"
 	[logout-ping]="$FAILED"
+	[logout-unprompted]="$FAILED: Logout Response without a logout"
+	# Async Messages go up to iscsid (see ffp): after 1 and 4 iscsid
+	# ends the connection (riser's teardown line, no failure: checked in
+	# ffp), after 2 and 3 the target hangs up.
+	[async-logout]="$ENDED"
+	[async-dropconn]="$FAILED: disconnected by the target"
+	[async-dropall]="$FAILED: disconnected by the target"
+	[async-negotiate]="$ENDED"
+	# libiscsi takes no data on a NOP-In with the reserved ITT (a ping,
+	# or not): ISCSI_ERR_PROTO, whatever its size. riser received both.
+	[nop-data]="$FAILED: libiscsi rejected a PDU"
+	[big-nop]="$FAILED: libiscsi rejected a PDU"
+	# A SCSI Response of 254 and 8192 bytes (the declared limit):
+	# CHECK CONDITION with 252 bytes of sense, taken.
+	[big-sense]=""
+	[big-rsp]=""
+	[inv-nonresp]="$FAILED: foreign remote invalidation"
+	[inv-nomr]="$FAILED: foreign remote invalidation"
+	[stale-held]="$FAILED: libiscsi rejected a PDU"
+	[ff-login]="$FAILED: second full-feature Login Response"
 	# A broken target, by hand only (RISER_EVIL_MODES): the trigger READ
 	# gets the next block's data, or the write beside is answered good
 	# and never read. The checks of the READ data and of the write must
@@ -364,7 +466,7 @@ declare -A EXPECT=(
 	[wrong-data]=""
 	[lost-write]=""
 )
-ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping"
+ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping logout-unprompted async-logout async-dropconn async-dropall async-negotiate nop-data big-nop big-sense big-rsp inv-nonresp inv-nomr stale-held ff-login"
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
 ALL_CM="cm-rsvd cm-short cm-long"

@@ -50,6 +50,19 @@
  * that STag is the priming READ's (always_register=0: the global rkey).
  * -r NRX: receive buffers per connection (a first burst of 2^24 - 1 bytes
  * comes as thousands of Data-Outs at once).
+ *
+ * Modes that answer the trigger READ and then add a PDU: logout-unprompted
+ * (a Logout Response with the READ's ITT), async-logout, async-dropconn,
+ * async-dropall, async-negotiate (Async Message 1 to 4; 2 and 3 announce
+ * Time2Wait 2 s or 20 s and hang up 200 ms later), nop-data (a ping, TTT valid,
+ * with 200 bytes), big-nop (a NOP-In with 8 KiB), ff-login (a final Login
+ * Response). big-sense and big-rsp answer it with CHECK CONDITION (UNIT
+ * ATTENTION, 252 bytes of sense) in a 254-byte or 8 KiB segment and say
+ * when the READ comes again. inv-nonresp invalidates the READ's rkey with
+ * a NOP-In; inv-nomr holds the READ until a TEST UNIT READY comes and
+ * invalidates it with that response. stale-held holds the READ, hangs up,
+ * and sends its response on a later connection when a command comes for
+ * the same libiscsi task slot with another session age.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -92,6 +105,9 @@ enum mode {
 	M_WRONG_DATA, M_LOST_WRITE,
 	/* Each in a phase of its own (hostile.sh): see conn_modes_doc below. */
 	M_CM_RSVD, M_CM_SHORT, M_CM_LONG, M_BURST_MAX, M_BURST_MIN, M_INV_GLOBAL,
+	M_LOGOUT_UNPROMPTED, M_ASYNC_LOGOUT,
+	M_ASYNC_DROPCONN, M_ASYNC_DROPALL, M_ASYNC_NEGOTIATE, M_NOP_DATA, M_BIG_NOP,
+	M_BIG_SENSE, M_BIG_RSP, M_INV_NONRESP, M_INV_NOMR, M_STALE_HELD, M_FF_LOGIN,
 };
 
 static const char *const mode_names[] = {
@@ -113,6 +129,12 @@ static const char *const mode_names[] = {
 	[M_CM_RSVD] = "cm-rsvd", [M_CM_SHORT] = "cm-short", [M_CM_LONG] = "cm-long",
 	[M_BURST_MAX] = "burst-max", [M_BURST_MIN] = "burst-min",
 	[M_INV_GLOBAL] = "inv-global",
+	[M_LOGOUT_UNPROMPTED] = "logout-unprompted", [M_ASYNC_LOGOUT] = "async-logout",
+	[M_ASYNC_DROPCONN] = "async-dropconn", [M_ASYNC_DROPALL] = "async-dropall",
+	[M_ASYNC_NEGOTIATE] = "async-negotiate", [M_NOP_DATA] = "nop-data",
+	[M_BIG_NOP] = "big-nop", [M_BIG_SENSE] = "big-sense", [M_BIG_RSP] = "big-rsp",
+	[M_INV_NONRESP] = "inv-nonresp", [M_INV_NOMR] = "inv-nomr",
+	[M_STALE_HELD] = "stale-held", [M_FF_LOGIN] = "ff-login",
 };
 
 /*
@@ -173,6 +195,7 @@ struct conn {
 	bool inv_ok;		/* the initiator takes SEND_WITH_INV */
 	bool disconnecting;
 	bool has_held;		/* a READ held back by inv-other */
+	bool nomr_held;		/* the READ held back by inv-nomr */
 	uint32_t held_itt;
 	uint32_t held_rstag;
 	uint64_t held_rva;
@@ -199,7 +222,7 @@ struct conn {
 #define PING_TTT 0x50000000u
 
 /* The misbehaviours to show, in order, one per trigger; mode is the next. */
-#define MAX_MODES 32
+#define MAX_MODES 64
 static enum mode modes[MAX_MODES];
 static int nmodes, next_mode;
 static enum mode mode = M_NONE;
@@ -213,6 +236,26 @@ static long long fire_lba = -1;
 static bool primed;
 /* logout-ping: armed by its trigger READ, fired by the next NOP-Out ping */
 static bool nop_armed;
+/*
+ * big-sense, big-rsp: the READ of block retry_lba was answered with CHECK
+ * CONDITION (UNIT ATTENTION); the SCSI layer must send it again.
+ */
+static bool retry_armed;
+static uint64_t retry_lba;
+/*
+ * stale-held: the trigger READ is held back and the connection dropped; on
+ * a later connection, its response goes out when a SCSI command comes whose
+ * ITT names the same libiscsi task slot (ITT & 0x1fff) with another session
+ * age (bits 28-31). libiscsi's ITTs are in the initiator's byte order,
+ * which is this host's (the target runs beside it).
+ */
+static bool stale_on;
+static uint32_t stale_itt;	/* as on the wire (big-endian read) */
+static uint32_t stale_raw;	/* in the initiator's byte order */
+#define ITT_SLOT(raw) ((raw) & 0x1fffu)
+#define ITT_AGE(raw) (((raw) >> 28) & 0xfu)
+/* nop-data: the TTT of its ping */
+#define NOP_DATA_TTT 0x4e000001u
 /* lost-write: the next WRITE of block LOST_LBA is answered GOOD unread */
 static bool lost_armed;
 #define LOST_LBA 4096
@@ -590,6 +633,92 @@ static int send_simple(struct conn *c, uint8_t op, uint32_t itt, uint32_t ttt,
 		put24(bhs + 5, dlen);
 	}
 	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), 0, false);
+}
+
+/*
+ * big-sense, big-rsp: CHECK CONDITION, UNIT ATTENTION (POWER ON, RESET, OR
+ * BUS DEVICE RESET OCCURRED: the SCSI layer retries the command) in a data
+ * segment of dlen bytes: SenseLength 252, the largest sense SPC allows
+ * (fixed format, additional length 244), then response data ('r') up to
+ * dlen. The READ's rkey is invalidated with it when rstag is non-zero.
+ */
+static int send_rsp_ua(struct conn *c, uint32_t itt, uint32_t rstag, uint32_t dlen)
+{
+	int i = tx_get(c);
+	uint8_t *p, *bhs, *d;
+
+	if (i < 0)
+		return -1;
+	p = pdu_start(c, i);
+	bhs = p + ISER_HDR;
+	bhs[0] = 0x21;
+	bhs[1] = 0x80;
+	bhs[3] = 0x02;
+	put32(bhs + 16, itt);
+	set_sn(c, bhs, true);
+	d = p + HDRS;
+	memset(d, 'r', dlen);
+	d[0] = 0;
+	d[1] = 252;
+	memset(d + 2, 0, 252);
+	d[2] = 0x70;
+	d[4] = 0x06;	/* UNIT ATTENTION */
+	d[9] = 244;
+	d[14] = 0x29;
+	for (int k = 20; k < 254; k++)
+		d[k] = (uint8_t)k;	/* sense-key specific and vendor bytes */
+	put24(bhs + 5, dlen);
+	c->last_itt = itt;
+	c->have_last = true;
+	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), rstag, rstag != 0);
+}
+
+/*
+ * A NOP-In with ITT 0xffffffff and TTT ttt carrying dlen bytes ('n'), by
+ * SEND_WITH_INV of rkey inv when with_inv.
+ */
+static int send_nopin(struct conn *c, uint32_t ttt, uint32_t dlen, uint32_t inv, bool with_inv)
+{
+	int i = tx_get(c);
+	uint8_t *p, *bhs;
+
+	if (i < 0)
+		return -1;
+	p = pdu_start(c, i);
+	bhs = p + ISER_HDR;
+	bhs[0] = 0x20;
+	bhs[1] = 0x80;
+	put32(bhs + 16, 0xffffffff);
+	put32(bhs + 20, ttt);
+	set_sn(c, bhs, false);
+	memset(p + HDRS, 'n', dlen);
+	put24(bhs + 5, dlen);
+	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), inv, with_inv);
+}
+
+/* An Async Message: AsyncEvent event, Parameter1..3. */
+static int send_async(struct conn *c, uint8_t event, uint16_t p1, uint16_t p2, uint16_t p3)
+{
+	int i = tx_get(c);
+	uint8_t *p, *bhs;
+
+	if (i < 0)
+		return -1;
+	p = pdu_start(c, i);
+	bhs = p + ISER_HDR;
+	bhs[0] = 0x32;
+	bhs[1] = 0x80;
+	put32(bhs + 16, 0xffffffff);
+	put32(bhs + 20, 0xffffffff);
+	set_sn(c, bhs, true);
+	bhs[36] = event;
+	bhs[38] = p1 >> 8;
+	bhs[39] = p1 & 0xff;
+	bhs[40] = p2 >> 8;
+	bhs[41] = p2 & 0xff;
+	bhs[42] = p3 >> 8;
+	bhs[43] = p3 & 0xff;
+	return tx_post(c, i, HDRS, 0, false);
 }
 
 static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
@@ -1024,6 +1153,82 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
 		break;
 	}
+	case M_LOGOUT_UNPROMPTED:
+		/* The READ's response, then a Logout Response naming its ITT. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		send_simple(c, 0x26, itt, 0, true, NULL, 0);
+		break;
+	case M_ASYNC_LOGOUT:
+		/* The READ's response, then a request to log out within 2 s
+		 * (Parameter3); the Logout Request gets its answer. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		send_async(c, 1, 0, 0, 2);
+		break;
+	case M_ASYNC_DROPCONN:
+	case M_ASYNC_DROPALL:
+		/*
+		 * The READ's response, then "dropping connection 0" with
+		 * Time2Wait 2 s (or all connections, 20 s: longer than a
+		 * reconnect takes under TCG, so that the wait shows), Time2Retain
+		 * 30 s, and the hang-up 200 ms later.
+		 */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		if (m == M_ASYNC_DROPCONN)
+			send_async(c, 2, 0, 2, 30);
+		else
+			send_async(c, 3, 0, 20, 30);
+		c->disc_on = true;
+		ts_after(&c->disc_due, 200);
+		break;
+	case M_ASYNC_NEGOTIATE:
+		/* The READ's response, then a request to renegotiate
+		 * parameters (a Text exchange) within 2 s. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		send_async(c, 4, 0, 0, 2);
+		break;
+	case M_NOP_DATA:
+		/* The READ's response, then a ping (valid TTT) with 200 bytes. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		send_nopin(c, NOP_DATA_TTT, 200, 0, false);
+		break;
+	case M_BIG_NOP:
+		/* The READ's response, then a NOP-In (no ping) with 8 KiB. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		send_nopin(c, 0xffffffff, MAX_DSL, 0, false);
+		break;
+	case M_BIG_SENSE:
+	case M_BIG_RSP:
+		/*
+		 * CHECK CONDITION (UNIT ATTENTION) with 252 bytes of sense: the
+		 * segment is 254 bytes (big-sense) or 8 KiB (big-rsp, the rest
+		 * response data), the MaxRecvDataSegmentLength riser declares.
+		 */
+		retry_armed = true;
+		send_rsp_ua(c, itt, rstag, m == M_BIG_SENSE ? 254 : MAX_DSL);
+		break;
+	case M_INV_NONRESP:
+		/* A NOP-In that invalidates the READ's rkey, then the READ's
+		 * response by plain SEND. */
+		c->inv_ok = true;
+		send_nopin(c, 0xffffffff, 0, rstag, true);
+		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
+		break;
+	case M_FF_LOGIN:
+		/* The READ's response, then a Login Response (final, into the
+		 * full-feature phase) naming its ITT. */
+		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
+		i = tx_get(c);
+		if (i < 0)
+			return;
+		p = pdu_start(c, i);
+		bhs = p + ISER_HDR;
+		bhs[0] = 0x23;
+		bhs[1] = 0x80 | (1 << 2) | 3;
+		bhs[15] = 1;	/* TSIH */
+		put32(bhs + 16, itt);
+		set_sn(c, bhs, true);
+		tx_post(c, i, HDRS, 0, false);
+		break;
 	default:
 		break;
 	}
@@ -1114,6 +1319,20 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 	for (int e = 0; e < NEARLY; e++)
 		if (c->early[e].used && c->early[e].itt == itt)
 			c->early[e].used = false;
+	if (stale_on && armed(M_STALE_HELD)) {
+		uint32_t raw;
+
+		memcpy(&raw, bhs + 16, sizeof(raw));
+		if (ITT_SLOT(raw) == ITT_SLOT(stale_raw) && ITT_AGE(raw) != ITT_AGE(stale_raw)) {
+			/* The held READ's response, before this command's. */
+			stale_on = false;
+			fire();
+			printf("evil: stale-held: response for held itt 0x%08x sent at command itt 0x%08x (slot 0x%x, age %u, then %u)\n",
+			       stale_itt, itt, ITT_SLOT(raw), ITT_AGE(stale_raw), ITT_AGE(raw));
+			fflush(stdout);
+			send_rsp(c, stale_itt, 0, 0, 0, 0, false, 0);
+		}
+	}
 	if (c->silent)
 		return;
 	switch (cdb[0]) {
@@ -1128,6 +1347,27 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 	}
 	switch (cdb[0]) {
 	case 0x00:	/* TEST UNIT READY */
+		if (c->nomr_held && armed(M_INV_NOMR)) {
+			/*
+			 * inv-nomr: the held READ's data, then this command's
+			 * response (it has no data, no STag) invalidating the
+			 * READ's rkey, then the READ's by plain SEND.
+			 */
+			c->nomr_held = false;
+			if (rdma_op(c, true, c->held_rstag, c->held_rva,
+				    (uint64_t)c->held_lba * BLOCK, c->held_len, 0))
+				return;
+			fire();
+			printf("evil: inv-nomr: TEST UNIT READY itt 0x%08x answered invalidating rkey 0x%08x of READ itt 0x%08x\n",
+			       itt, c->held_rstag, c->held_itt);
+			fflush(stdout);
+			c->inv_ok = true;
+			send_rsp(c, itt, 0, 0, 0, 0, true, c->held_rstag);
+			send_rsp(c, c->held_itt, 0, 0, 0, 0, false, 0);
+			return;
+		}
+		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
+		return;
 	case 0x35:	/* SYNCHRONIZE CACHE */
 	case 0x91:
 		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
@@ -1199,6 +1439,12 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			return;
 		}
 		c->reads++;
+		if (retry_armed && lba == retry_lba) {
+			retry_armed = false;
+			printf("evil: retried READ of block %llu, itt 0x%08x: served\n",
+			       (unsigned long long)lba, itt);
+			fflush(stdout);
+		}
 		if (fire_lba >= 0 && (long long)lba == fire_lba - 8) {
 			primed = true;
 			c->prime_rstag = rstag;
@@ -1223,6 +1469,30 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			if (mode == M_DROP) {
 				fire();
 				rdma_disconnect(c->id);
+				return;
+			}
+			if (mode == M_STALE_HELD) {
+				/* No answer; hang up, and answer it on a later
+				 * connection (see do_scsi's start). */
+				stale_on = true;
+				stale_itt = itt;
+				memcpy(&stale_raw, bhs + 16, sizeof(stale_raw));
+				c->closing = true;
+				printf("evil: stale-held: READ itt 0x%08x (slot 0x%x, age %u) held, hanging up\n",
+				       itt, ITT_SLOT(stale_raw), ITT_AGE(stale_raw));
+				fflush(stdout);
+				return;
+			}
+			if (mode == M_INV_NOMR) {
+				/* Held until a TEST UNIT READY comes. */
+				c->nomr_held = true;
+				c->held_itt = itt;
+				c->held_rstag = rstag;
+				c->held_rva = rva;
+				c->held_len = len;
+				c->held_lba = (uint32_t)lba;
+				printf("evil: inv-nomr: READ itt 0x%08x held until a TEST UNIT READY\n", itt);
+				fflush(stdout);
 				return;
 			}
 			if (mode == M_LATE_ABORT) {
@@ -1285,6 +1555,7 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			} else {
 				if (rdma_op(c, true, rstag, rva, off, len, 0))
 					return;
+				retry_lba = lba;
 				evil_read(c, itt, rstag);
 				return;
 			}
@@ -1434,7 +1705,12 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			}
 			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
 		}
-		else
+		else if (be32(bhs + 20) == NOP_DATA_TTT) {
+			printf("evil: nop-data: ping answered, TTT 0x%08x echoed, %u bytes of data%s\n",
+			       NOP_DATA_TTT, dlen,
+			       dlen == 200 && p[HDRS] == 'n' && p[HDRS + 199] == 'n' ? " (the ping's)" : "");
+			fflush(stdout);
+		} else
 			ping_answered(c, be32(bhs + 20));
 		break;
 	case 0x02: {	/* Task management: done (a held command is dropped) */
@@ -1480,6 +1756,9 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		burst_ready = true;
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
+		printf("evil: Logout Request itt 0x%08x reason %u answered at %.3f\n", be32(bhs + 16),
+		       bhs[1] & 0x7f, now_s());
+		fflush(stdout);
 		send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
 		break;
 	default:
@@ -1786,8 +2065,7 @@ int main(int argc, char **argv)
 				if (!ms) {
 					cur->disc_on = false;
 					cur->closing = true;
-					printf("evil: disconnecting after the Logout Response at %.3f\n",
-					       now_s());
+					printf("evil: disconnecting as announced at %.3f\n", now_s());
 					fflush(stdout);
 				} else if (ms < timeout) {
 					timeout = (int)ms;
