@@ -330,11 +330,16 @@ impl TransportOps for Iser {
     }
 
     fn init_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
+        // A connection going down (the target hung up, the failure not yet
+        // reported): libiscsi requeues a command refused with EACCES (or
+        // ENOMEM) and sends it after recovery, and fails it with DID_ABORT
+        // for any other error, which the midlayer does not retry (an I/O
+        // error, seen under a target's disconnect).
         if !ep.is_up() {
-            return Err(ENODEV);
+            return Err(EACCES);
         }
         if task.is_scsi() && task.direction() == Direction::Write {
-            let res = ep.res().ok_or(ENODEV)?;
+            let res = ep.res().ok_or(EACCES)?;
             let need = Res::dataouts_needed(task)?;
             // CAST: the vector was sized from a u32 count.
             let pool = res.dataout.len() as u32;

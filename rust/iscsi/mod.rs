@@ -226,7 +226,10 @@ pub(crate) trait TransportOps: 'static + Sized {
         (0, 0)
     }
 
-    /// libiscsi prepares `task` (atomic context).
+    /// libiscsi prepares `task` (atomic context). A SCSI command refused
+    /// with `EACCES` or `ENOMEM` is requeued (retried later); with any other
+    /// error libiscsi fails it (`DID_ABORT`), which the midlayer does not
+    /// retry.
     fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }

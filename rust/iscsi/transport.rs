@@ -749,7 +749,9 @@ unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
 unsafe extern "C" fn init_task_callback<T: TransportOps>(task: *mut bindings::iscsi_task) -> c_int {
     // SAFETY: The task is live; its connection is set.
     let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
-        return ENODEV.to_errno();
+        // No endpoint: the connection is going away. Requeued, the command
+        // goes once recovery has bound a new one (see `init_task`).
+        return EACCES.to_errno();
     };
     // SAFETY: The task satisfies `Task`'s invariant during the callback.
     let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {

@@ -99,33 +99,40 @@ unsol_writes() {
 }
 check "  128 KiB writes go with unsolicited Data-Outs (InitialR2T=No)" unsol_writes
 
-# dataout_post_fails: under a stream of 128 KiB writes (fio, verified), make
-# one post_send fail at a time until one is a Data-Out's: of a write's
-# posts, one is its command and the rest (7) its Data-Outs, so the first
-# try nearly always does; a failed command post is requeued, a failed
-# control PDU retried by libiscsi. 20 tries at most.
-dataout_post_fails() {
-	local pid rc=0 try=0 hit=
+# post_fails WHY N RW BS [FIO_ARG...]: under a stream of fio (verified)
+# I/O, make one post_send fail at a time (the Nth from then on) until riser
+# says the connection failed because WHY; a failed post of another kind is
+# requeued or retried by libiscsi (a control PDU: LIO pings idle
+# initiators). 20 tries at most.
+post_fails() {
+	local why=$1 n=$2 rw=$3 bs=$4 pid rc=0 try=0 hit=
+	shift 4
 	dmesg_mark
-	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" write 128k 8 48M >"$RISER_OUT/fio-dataout.log" 2>&1 &
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 48M "$@" >"$RISER_OUT/fio-post.log" 2>&1 &
 	pid=$!
 	while [ $try -lt 20 ] && kill -0 "$pid" 2>/dev/null; do
 		try=$((try + 1))
 		nap 1
-		echo 2 >"$P/fault_post_send" || break
+		echo "$n" >"$P/fault_post_send" || break
 		_wait_for 20 bash -c "[ \"\$(cat $P/fault_post_send)\" = 0 ]"
-		if dmesg_has "riser: connection to $IP:3260 failed: cannot post a Data-Out"; then
+		if dmesg_has "riser: connection to $IP:3260 failed: $why"; then
 			hit=1
 			break
 		fi
 	done
 	echo 0 >"$P/fault_post_send"
 	wait "$pid" || rc=1
-	cat "$RISER_OUT/fio-dataout.log"
+	cat "$RISER_OUT/fio-post.log"
 	echo "tries: $try"
-	[ -n "$hit" ] || { echo "no Data-Out post failed in $try tries"; rc=1; }
+	[ -n "$hit" ] || { echo "no post failed with '$why' in $try tries"; rc=1; }
 	return $rc
 }
+# Of a 128 KiB write's posts, one is its command and the rest (7) its
+# Data-Outs, so the first try nearly always hits a Data-Out.
+dataout_post_fails() { post_fails "cannot post a Data-Out" 2 write 128k; }
+# A 256 KiB READ is one chain, [REG_MR, SEND] (the knob refuses its SEND),
+# and nine I/Os in ten are READs.
+chain_post_fails() { post_fails "cannot post a command" 1 randrw 256k --rwmixread=90; }
 
 check "post_send of a Data-Out fails: connection failed and recovered, data verified" \
 	dataout_post_fails
@@ -137,10 +144,8 @@ check "post_recv of a receive fails: connection failed and recovered, data verif
 check "  riser said why" dmesg_has "riser: cannot repost a receive"
 check "  the session is logged in again" _wait_for 120 session_up
 
-# The first post_send once armed is the first write's chain (no pings): a
-# 256 KiB write gives the target an rkey for what follows its first burst.
 check "post_send of a command's chain goes out in part: connection failed and recovered, data verified" \
-	injected post_send 1 write 256k failure
+	chain_post_fails
 check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot post a command"
 check "  the session is logged in again" _wait_for 120 session_up
 
