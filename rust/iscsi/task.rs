@@ -197,9 +197,10 @@ impl<'a, T: TransportOps> Task<'a, T> {
         // SAFETY: `dd_data` holds this task's initialised slot.
         let slot = unsafe { &mut *self.raw().dd_data.cast::<TaskSlot<T>>() };
         drop(slot.sg.take());
-        // SAFETY: The command's scatterlist stays valid until the task is
-        // freed, whose `cleanup_task` drops the mapping first (`unmap_data`):
-        // no completion can come before that, as a reference is held.
+        // The command's scatterlist stays valid until the task is freed,
+        // whose `cleanup_task` drops the mapping first (`unmap_data`); no
+        // completion can come before that, as a reference is held.
+        // SAFETY: So `sgl` is valid and unchanged while the mapping lives.
         let sg = unsafe {
             DmaSg::map(
                 dev,
@@ -455,9 +456,10 @@ impl ConnSlot {
         if self.conn.load(Ordering::Acquire).is_null() {
             return;
         }
-        // SAFETY: `work` is initialised (type invariant) and the slot is set
-        // inside this read section, so `clear` cancels it before the slot
-        // can go away. Queuing an already queued work item does nothing.
+        // `work` is initialised (type invariant) and the slot is set inside
+        // this read section, so `clear` cancels the work before the slot can
+        // go away. Queuing an already queued work item does nothing.
+        // SAFETY: Hence `work` is valid until the queued work has run.
         unsafe {
             bindings::queue_work_on(
                 bindings::wq_misc_consts_WORK_CPU_UNBOUND as c_int,

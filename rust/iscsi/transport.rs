@@ -771,11 +771,12 @@ unsafe extern "C" fn xmit_task_callback<T: TransportOps>(task: *mut bindings::is
     let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
         return ENODEV.to_errno();
     };
-    // SAFETY: The task is live on entry, held by libiscsi's reference; with
-    // no transmit workqueue that is the command's own, which a response on
+    // The task is live on entry, held by libiscsi's reference; with no
+    // transmit workqueue that is the command's own, which a response on
     // another CPU may drop as soon as the PDU is posted. `guard` below takes
-    // the layer's reference before the driver posts anything, and it is
-    // that one which keeps `Task`'s invariant for the rest of the call.
+    // the layer's reference before the driver posts anything, and that one
+    // keeps `Task`'s invariant for the rest of the call.
+    // SAFETY: The task is live here, as said above.
     let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
         return EINVAL.to_errno();
     };
