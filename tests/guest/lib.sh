@@ -217,9 +217,22 @@ conn_clean() {
 	if [ -n "$lines" ]; then
 		echo "connection failure(s) in the kernel log while it ran:"
 		echo "$lines" | head -n 10
+		rdma_counters
 		return 1
 	fi
 	return $rc
+}
+
+# rdma_counters: the RDMA devices' non-zero hardware counters (rxe counts
+# retransmissions, RNR NAKs, sequence errors and drops), since boot. Printed
+# with a connection failure, to tell a lost packet from a PDU never posted.
+rdma_counters() {
+	local f v
+	for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
+		[ -r "$f" ] || continue
+		v=$(cat "$f" 2>/dev/null) || continue
+		[ "$v" = 0 ] || echo "rdma counter ${f#/sys/class/infiniband/}: $v"
+	done
 }
 
 # iscsi_state: what holds an iSCSI transport module, for a log: the
