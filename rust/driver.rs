@@ -1756,15 +1756,9 @@ impl IserConn {
         // its memory: dropped once libiscsi has the response.
         let mut done_ref = None;
         if pdu.opcode == TargetOpcode::ScsiResponse {
-            match res.response_arrived(idx, pdu.itt, wc.invalidated.is_some()) {
-                Ok(r) => done_ref = r,
-                Err(why) => {
-                    if let Some(rkey) = wc.invalidated {
-                        return Err(foreign(rkey));
-                    }
-                    return Err(why);
-                }
-            }
+            // Fails only when riser's own LOCAL_INV cannot be posted (the
+            // target invalidated nothing).
+            done_ref = res.response_arrived(idx, pdu.itt, wc.invalidated.is_some())?;
         }
         if wc.invalidated.is_some() {
             res.conn.mr_invalidated(idx);
