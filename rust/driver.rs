@@ -647,6 +647,11 @@ struct Inflight {
     sends: u32,
     /// Unsolicited Data-Outs set aside for the command and not posted yet.
     unsent: u32,
+    /// Whether its SCSI Response came. Kept until the slot's next command:
+    /// libiscsi frees the task only when riser's references go, and until
+    /// then would take a second response for it as a first one (iSCSI has
+    /// one response per command).
+    responded: bool,
 }
 
 impl Inflight {
@@ -693,6 +698,7 @@ impl Track {
                     mr: None,
                     sends: 0,
                     unsent: 0,
+                    responded: false,
                 },
                 GFP_KERNEL,
             )?;
@@ -1194,6 +1200,7 @@ impl Res {
             f.mr = mr_ref.map(|r| (MrState::Registered, r));
             f.sends = u32::from(counted);
             f.unsent = dataouts;
+            f.responded = false;
         }
         Ok(())
     }
@@ -1334,7 +1341,8 @@ impl Res {
     /// with it (already checked to be that command's). Ends the target's
     /// access to the command's memory: at once if the target invalidated
     /// it, else by a LOCAL_INV whose completion drops the reference.
-    /// Returns the reference to drop once the response is handed on.
+    /// Returns the reference to drop once the response is handed on; fails
+    /// on a second response for the same command.
     fn response_arrived(
         &self,
         idx: u32,
@@ -1345,8 +1353,17 @@ impl Res {
         let Some(f) = t.inflight.get_mut(idx as usize) else {
             return Ok(None);
         };
-        if f.itt != itt || !matches!(f.mr, Some((MrState::Registered, _))) {
-            // A stale ITT (libiscsi refuses it), or nothing to invalidate.
+        if f.itt != itt {
+            // A stale ITT, or one never sent: libiscsi refuses it.
+            return Ok(None);
+        }
+        if core::mem::replace(&mut f.responded, true) {
+            drop(t);
+            pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
+            return Err("second response to a command");
+        }
+        if !matches!(f.mr, Some((MrState::Registered, _))) {
+            // Nothing to invalidate.
             return Ok(None);
         }
         if invalidated {
