@@ -312,7 +312,7 @@ bench_device() {
 	check "$kind: RDMA device removed" rdma_delete "$kind"
 }
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 {
 	echo "kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPU(s), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), rounds $ROUNDS, runtime ${RUNTIME}s + ramp $RAMP (each workload)"

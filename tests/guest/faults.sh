@@ -24,7 +24,7 @@ IQN=iqn.2026-11.org.riser:faults
 TPG=$LIO/iscsi/$IQN/tpgt_1
 NP=$TPG/np/$IP:3260
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 plan 33
 

@@ -116,7 +116,7 @@ noop_node() {
 		"${n[@]}" -n node.conn[0].timeo.noop_out_timeout -v 5
 }
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 # Why LIO refuses a login that CHAP does not pass (iscsi_target_nego.c):
 # no CHAP offered, or a response that does not match the secret. iscsiadm

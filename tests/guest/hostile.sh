@@ -42,7 +42,7 @@ IP=192.168.77.1
 TRIGGER_LBA=32768
 EVIL_PID=
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 # evil_start LOG MODES [OPTION...]: the target, misbehaving in each of MODES
 # in turn.

@@ -26,7 +26,7 @@ read_back() { dd if="$DEV" of="$BACK" bs=1M count=4 iflag=direct; }
 no_session_left() { ! iscsi_session "$IQN"; }
 
 # The kernel log, refreshed while the script runs, for when the guest hangs.
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 dmesg_mark
 check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"

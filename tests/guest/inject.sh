@@ -32,7 +32,7 @@ IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:inject
 P=/sys/module/riser/parameters
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 plan 29
 

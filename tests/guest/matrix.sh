@@ -39,7 +39,7 @@ cell() {
 	return $rc
 }
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 # The cells: every pair of ImmediateData and InitialR2T, each with a first
 # burst smaller than the commands' data (4k) and one that holds most of it

@@ -57,7 +57,7 @@ no_session_left() {
 	return 1
 }
 
-(while sleep 15; do dmesg >"$RISER_OUT/dmesg.live"; done) &
+dmesg_live
 
 # Block sizes of the fio runs (session-siw.sh runs fewer: the sizes are the
 # same code on either device). Each size runs random at QD 32 (many commands
