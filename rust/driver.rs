@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crate::{
+    fault::{self, Site},
     iscsi::{
         self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, PduRewrite, Registry,
         SessionLimits, Task, TaskRef, Transport, TransportOps,
@@ -1292,6 +1293,9 @@ impl Res {
             let sent = Self::headers(IserHeader::default(), &d.bhs)
                 .and_then(|hdrs| buf.write(0, &hdrs))
                 .and_then(|()| {
+                    if fault::hit(Site::PostDataOut) {
+                        return Err(EIO);
+                    }
                     let sges = [
                         buf.sge(0, HEADERS_LEN, self.conn.pd())?,
                         r.sge(d.offset, d.len)?,

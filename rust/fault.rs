@@ -16,6 +16,11 @@ pub(crate) enum Site {
     MapMr = 2,
     /// `ib_dma_map_sg` of a command's data.
     DmaMap = 3,
+    /// The post of an unsolicited Data-Out (refused before it reaches the
+    /// provider, as `PostSend` would refuse it): `PostSend` counts every
+    /// post, and which one the Nth is depends on timing (a NOP-Out, a
+    /// command's chain).
+    PostDataOut = 4,
 }
 
 /// Whether this call of `site` must fail.

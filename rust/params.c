@@ -99,7 +99,7 @@ bool riser_param_pi_enable(void)
  * this). Writing N to one of these makes the Nth call from then on of that
  * operation fail; 0 (the default) never.
  */
-static int fault_post_send, fault_post_recv, fault_map_mr, fault_dma_map;
+static int fault_post_send, fault_post_recv, fault_map_mr, fault_dma_map, fault_post_dataout;
 module_param(fault_post_send, int, 0644);
 MODULE_PARM_DESC(fault_post_send, "Test build: fail the Nth post_send from now");
 module_param(fault_post_recv, int, 0644);
@@ -108,12 +108,14 @@ module_param(fault_map_mr, int, 0644);
 MODULE_PARM_DESC(fault_map_mr, "Test build: fail the Nth MR mapping from now");
 module_param(fault_dma_map, int, 0644);
 MODULE_PARM_DESC(fault_dma_map, "Test build: fail the Nth DMA mapping of command data from now");
+module_param(fault_post_dataout, int, 0644);
+MODULE_PARM_DESC(fault_post_dataout, "Test build: fail the Nth post of a Data-Out from now");
 
 static int *const riser_faults[] = {
-	&fault_post_send, &fault_post_recv, &fault_map_mr, &fault_dma_map,
+	&fault_post_send, &fault_post_recv, &fault_map_mr, &fault_dma_map, &fault_post_dataout,
 };
 static const char *const riser_fault_names[] = {
-	"post_send", "post_recv", "map_mr", "dma_map",
+	"post_send", "post_recv", "map_mr", "dma_map", "post_dataout",
 };
 
 bool riser_fault_hit(int site)

@@ -66,7 +66,7 @@ check "RDMA device (rxe) created" setup_rdma rxe "$IP"
 check "riser's dependencies load" load_deps
 check "insmod the fault-injection build of riser.ko ($KO)" insmod "$KO"
 check "  it has the fault knobs, all off" \
-	bash -c "[ \"\$(cat $P/fault_post_send $P/fault_post_recv $P/fault_map_mr $P/fault_dma_map)\" = \"\$(printf '0\n0\n0\n0')\" ]"
+	bash -c "[ \"\$(cat $P/fault_post_send $P/fault_post_recv $P/fault_map_mr $P/fault_dma_map $P/fault_post_dataout)\" = \"\$(printf '0\n0\n0\n0\n0')\" ]"
 check "kmemleak cleared" kmemleak_clear
 check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 64
 # Writes with unsolicited Data-Outs.
@@ -103,40 +103,49 @@ unsol_writes() {
 }
 check "  128 KiB writes go with unsolicited Data-Outs (InitialR2T=No)" unsol_writes
 
-# post_fails WHY N RW BS [FIO_ARG...]: under a stream of fio (verified)
-# I/O, make one post_send fail at a time (the Nth from then on) until riser
-# says the connection failed because WHY; a failed post of another kind is
-# requeued or retried by libiscsi (a control PDU: LIO pings idle
-# initiators). 20 tries at most.
+# knob_fired KNOB: the fault armed on KNOB has fired (it reads 0 again).
+knob_fired() {
+	local v
+	read -r v <"$P/fault_$1" && [ "$v" = 0 ]
+}
+
+# post_fails KNOB WHY N RW BS SIZE [FIO_ARG...]: under a stream of fio
+# (verified) I/O of SIZE, make one post fail at a time (the Nth from then
+# on, counted by fault_KNOB) until riser says the connection failed because
+# WHY; a failed post of another kind is requeued or retried by libiscsi (a
+# control PDU: LIO pings idle initiators). 20 tries at most.
 post_fails() {
-	local why=$1 n=$2 rw=$3 bs=$4 pid rc=0 try=0 hit=
-	shift 4
+	local knob=$1 why=$2 n=$3 rw=$4 bs=$5 size=$6 pid rc=0 try=0 hit=
+	shift 6
 	dmesg_mark
-	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 48M "$@" >"$RISER_OUT/fio-post.log" 2>&1 &
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 "$size" "$@" >"$RISER_OUT/fio-post.log" 2>&1 &
 	pid=$!
 	while [ $try -lt 20 ] && kill -0 "$pid" 2>/dev/null; do
 		try=$((try + 1))
 		nap 1
-		echo "$n" >"$P/fault_post_send" || break
-		_wait_for 20 bash -c "[ \"\$(cat $P/fault_post_send)\" = 0 ]"
+		echo "$n" >"$P/fault_$knob" || break
+		_wait_for 20 knob_fired "$knob"
 		if dmesg_has "riser: connection to $IP:3260 failed: $why"; then
 			hit=1
 			break
 		fi
 	done
-	echo 0 >"$P/fault_post_send"
+	echo 0 >"$P/fault_$knob"
 	wait "$pid" || rc=1
 	cat "$RISER_OUT/fio-post.log"
 	echo "tries: $try"
 	[ -n "$hit" ] || { echo "no post failed with '$why' in $try tries"; rc=1; }
 	return $rc
 }
-# Of a 128 KiB write's posts, one is its command and the rest (7) its
-# Data-Outs, so the first try nearly always hits a Data-Out.
-dataout_post_fails() { post_fails "cannot post a Data-Out" 2 write 128k; }
+# fault_post_dataout counts Data-Out posts only, so the first try hits. (The
+# second post_send from then on, a Data-Out most of the time with 128 KiB
+# writes, was a NOP-Out twice and then a command's chain 15 tries in a row
+# on 2026-11-25; the connection failures that followed ended the writes
+# still queued in I/O errors.) 16 MiB of writes is plenty for one try.
+dataout_post_fails() { post_fails post_dataout "cannot post a Data-Out" 1 write 128k 16M; }
 # A 256 KiB READ is one chain, [REG_MR, SEND] (the knob refuses its SEND),
 # and nine I/Os in ten are READs.
-chain_post_fails() { post_fails "cannot post a command" 1 randrw 256k --rwmixread=90; }
+chain_post_fails() { post_fails post_send "cannot post a command" 1 randrw 256k 48M --rwmixread=90; }
 
 check "post_send of a Data-Out fails: connection failed and recovered, data verified" \
 	dataout_post_fails
