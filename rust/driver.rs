@@ -331,16 +331,17 @@ impl TransportOps for Iser {
     }
 
     fn init_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
-        // A connection going down (the target hung up, the failure not yet
-        // reported): libiscsi requeues a command refused with EACCES (or
-        // ENOMEM) and sends it after recovery, and fails it with DID_ABORT
-        // for any other error, which the midlayer does not retry (an I/O
-        // error, seen under a target's disconnect).
-        if !ep.is_up() {
-            return Err(EACCES);
-        }
+        // libiscsi turns any error of init_task into EIO, and fails the
+        // command with DID_ABORT, which the midlayer does not retry: an I/O
+        // error. A connection going down (the target hung up, the device
+        // went, the failure not yet reported) must not refuse the command
+        // here: `xmit_task` does, and libiscsi requeues a command it could
+        // not send. (Refusing here lost two writes of faults.sh's rxe
+        // removal to I/O errors, 2026-11-25.)
         if task.is_scsi() && task.direction() == Direction::Write {
-            let res = ep.res().ok_or(EACCES)?;
+            let Some(res) = ep.res() else {
+                return Ok(());
+            };
             let need = Res::dataouts_needed(task)?;
             // CAST: the vector was sized from a u32 count.
             let pool = res.dataout.len() as u32;
@@ -366,6 +367,10 @@ impl TransportOps for Iser {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
             return res.send_control(task);
+        }
+        // Going down: libiscsi requeues the command (see `init_task`).
+        if !ep.is_up() {
+            return Err(ENOTCONN);
         }
         // Read before sending: once posted, the task may complete (and be
         // cleaned up) on another CPU.

@@ -227,9 +227,10 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// libiscsi prepares `task` (atomic context). A SCSI command refused
-    /// with `EACCES` or `ENOMEM` is requeued (retried later); with any other
-    /// error libiscsi fails it (`DID_ABORT`), which the midlayer does not
-    /// retry.
+    /// here is failed (libiscsi turns any error into `EIO`, then
+    /// `DID_ABORT`, which the midlayer does not retry): refuse only a
+    /// command that can never be sent; one that cannot go now is refused by
+    /// `xmit_task`, which libiscsi requeues.
     fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }

@@ -749,9 +749,10 @@ unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
 unsafe extern "C" fn init_task_callback<T: TransportOps>(task: *mut bindings::iscsi_task) -> c_int {
     // SAFETY: The task is live; its connection is set.
     let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
-        // No endpoint: the connection is going away. Requeued, the command
-        // goes once recovery has bound a new one (see `init_task`).
-        return EACCES.to_errno();
+        // No endpoint: the connection is going away. libiscsi fails a
+        // command whose init_task fails (DID_ABORT, an I/O error), and
+        // requeues one whose xmit_task fails: that one refuses it.
+        return 0;
     };
     // SAFETY: The task satisfies `Task`'s invariant during the callback.
     let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
