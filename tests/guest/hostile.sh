@@ -64,23 +64,20 @@ evil_stop() {
 # evil_fired LOG MODE [SECONDS]: the target says MODE fired (within 30 s).
 evil_fired() { _wait_for "${3:-30}" grep -q "^evil: fired $2\$" "$RISER_OUT/$1.log"; }
 # evil_mark LOG: what the target said from now on is what evil_since shows.
-# (Lines counted by mapfile: no fork, no exec.)
-evil_mark() {
+# _lines FILE: FILE's line count in $LINES_N, by mapfile (no fork, no exec).
+_lines() {
 	local l
-	mapfile -t l <"$RISER_OUT/$1.log"
-	EVIL_MARK=${#l[@]}
+	mapfile -t l <"$1"
+	LINES_N=${#l[@]}
 }
+evil_mark() { _lines "$RISER_OUT/$1.log" && EVIL_MARK=$LINES_N; }
 evil_since() { tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log"; }
 evil_says() { evil_since "$1" | grep -qE "$2"; }
 evil_tmf() { evil_says "$1" "^evil: TMF function $2"; }
 
 # iscsid_mark, iscsid_says PATTERN: what iscsid logged (iscsid.log) since
 # the mark.
-iscsid_mark() {
-	local l
-	mapfile -t l <"$RISER_OUT/iscsid.log"
-	ISCSID_MARK=${#l[@]}
-}
+iscsid_mark() { _lines "$RISER_OUT/iscsid.log" && ISCSID_MARK=$LINES_N; }
 iscsid_says() { tail -n +$((ISCSID_MARK + 1)) "$RISER_OUT/iscsid.log" | grep -qE "$1"; }
 # reconnect_after SECONDS: the target's first new connection came at least
 # SECONDS after it hung up as announced.
