@@ -445,10 +445,10 @@ _fio_verify() {
 # - kmemleak scans when a check asks (kmemleak_report) and twice at the end
 #   of every guest (save_dmesg): a leaked object stays unreferenced, so
 #   those scans find whatever an automatic one would have found.
-# - udev: the tests need only the device nodes devtmpfs makes. The guest's
-#   init starts udevd and waits for its coldplug (about 35 s of a boot; it
-#   looks for udevd before any of vng's mounts could hide it); it is
-#   stopped here, before it probes every disk a login adds.
+# - udev: the tests need only the device nodes devtmpfs makes. Run as
+#   root, tests/run-guest hides systemd-udevd from the guest's init, which
+#   would start it and wait for its coldplug; where it could not (not
+#   root), udevd is stopped here, before it probes every disk a login adds.
 if _kmemleak=$(_kmemleak_file 2>/dev/null); then
 	echo scan=off >"$_kmemleak" || echo "kmemleak refused scan=off" >&2
 fi
