@@ -20,7 +20,7 @@ use crate::{
         tmf::{self, Scope, TmfRequest},
     },
     rdma::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
+        cm::{CmEvent, CmHandler, CmId, CmIdRef},
         conn::{
             Access, ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration,
             SendOp, Sge, Wc, UNSIGNALED_TAG,
@@ -60,7 +60,7 @@ pub(crate) struct Riser {
 /// The `iser` transport.
 pub(crate) struct Iser;
 
-static REGISTRY: Registry = Registry::new();
+static REGISTRY: Registry<Iser> = Registry::new();
 
 /// Time allowed for address and route resolution, as ib_iser.
 const RESOLVE_TIMEOUT_MS: u32 = 1000;
@@ -103,13 +103,10 @@ impl TransportOps for Iser {
     const NAME: &'static CStr = c"iser";
     const CAPS: u32 = caps::RECOVERY_L0 | caps::MULTI_R2T | caps::TEXT_NEGO;
     type Ep = IserConn;
-    type TaskData = ();
 
-    fn registry() -> &'static Registry {
+    fn registry() -> &'static Registry<Self> {
         &REGISTRY
     }
-
-    fn new_task_data(_index: u32) {}
 
     fn attr_visible(attr: Attr) -> bool {
         match attr {
@@ -363,7 +360,7 @@ impl TransportOps for Iser {
         Ok(())
     }
 
-    fn xmit_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
+    fn xmit_task(ep: &IserConn, task: &mut Task<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
             return res.send_control(task);
@@ -570,8 +567,6 @@ pub(crate) struct IserConn {
     tx_octets: AtomicU64,
     rx_octets: AtomicU64,
     failed: AtomicBool,
-    /// Who destroys the CM id (see [`CmIdState`]).
-    id_state: CmIdState,
     /// The clock of the async-message limit.
     born: Instant<Monotonic>,
     /// Start (milliseconds after `born`) of the current one-second window
@@ -971,7 +966,7 @@ impl Res {
     /// and one for each SEND naming its data (dropped at its completion),
     /// so libiscsi completes it only when the target can no longer reach
     /// its memory.
-    fn send_command(&self, task: &Task<'_, Iser>) -> Result<(bool, Option<&'static str>)> {
+    fn send_command(&self, task: &mut Task<'_, Iser>) -> Result<(bool, Option<&'static str>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
         let dir = task.direction();
@@ -992,10 +987,10 @@ impl Res {
                 if len == 0 {
                     return Err(EINVAL);
                 }
-                let sg = match task.mapping() {
-                    Some(sg) => sg,
-                    None => task.map_data(&self.dev.dev)?,
-                };
+                if task.mapping().is_none() {
+                    task.map_data(&self.dev.dev)?;
+                }
+                let sg = task.mapping().ok_or(EINVAL)?;
                 // A write whose data all goes as immediate data is sent by
                 // this side alone: the target gets no STag, so one segment
                 // needs no registration, only the local DMA lkey (as
@@ -1482,7 +1477,6 @@ impl IserConn {
                 tx_octets: AtomicU64::new(0),
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
-                id_state: CmIdState::new(),
                 born: Instant::now(),
                 async_window: AtomicI64::new(0),
                 async_count: AtomicU32::new(0),
@@ -1618,20 +1612,16 @@ impl IserConn {
         self.bound.with(|c| c.failure());
     }
 
+    /// Makes the connection's resources and connects. On any failure the
+    /// id is dropped here, inside its own handler, which hands it to the CM
+    /// to destroy (see `CmHandler`).
     fn route_resolved(&self, ev: &CmIdRef, st: &mut State) -> Result {
         let id = st.pending.take().ok_or(EINVAL)?;
         let ctx = ev
             .device()
             .and_then(Client::<Iser>::context_of)
             .ok_or(ENODEV)
-            .and_then(DevUse::new);
-        let ctx = match ctx {
-            Ok(c) => c,
-            Err(e) => {
-                st.pending = Some(id);
-                return Err(e);
-            }
-        };
+            .and_then(DevUse::new)?;
         let caps = ctx.caps;
         let Some(sizing) = sizing::conn_sizing(
             &self.params,
@@ -1640,32 +1630,21 @@ impl IserConn {
             caps.max_fast_reg_page_list_len,
             false,
         ) else {
-            st.pending = Some(id);
             pr_err!("the RDMA device's limits are too small for iSER\n");
             return Err(EINVAL);
         };
-        let cq = match Cq::from_pool(
+        let cq = Cq::from_pool(
             ctx.dev.device(),
             sizing.cq_entries,
             -1,
             PollContext::SoftIrq,
-        ) {
-            Ok(cq) => cq,
-            Err(e) => {
-                st.pending = Some(id);
-                return Err(e);
-            }
-        };
+        )?;
         let n_dataout = sizing.max_cmds * DATAOUT_SLOTS_PER_CMD;
-        // Everything that can fail is made before the QP: once the QP is on
-        // the id, a failure would drop (destroy) the id inside its own
-        // handler.
         let made = Bufs::new(&ctx.dev, sizing.max_cmds, n_dataout)
             .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
         let (bufs, slot) = match made {
             Ok(m) => m,
             Err(e) => {
-                st.pending = Some(id);
                 pr_err!("cannot allocate the connection's buffers: {:?}\n", e);
                 return Err(e);
             }
@@ -1684,8 +1663,7 @@ impl IserConn {
         };
         let conn = match Connection::new(id, ctx.pd.clone(), cq, conn_caps) {
             Ok(c) => c,
-            Err((id, e)) => {
-                st.pending = Some(id);
+            Err((_id, e)) => {
                 pr_err!("cannot make the QP: {:?}\n", e);
                 return Err(e);
             }
@@ -1989,10 +1967,6 @@ impl CmHandler for IserConn {
             }
             CmEvent::Other(n) => pr_debug!("CM event {} ignored\n", n),
         }
-    }
-
-    fn id_state(&self) -> &CmIdState {
-        &self.id_state
     }
 }
 

@@ -22,6 +22,7 @@ mod params;
 mod proto;
 mod rdma;
 mod scsi;
+mod sockaddr;
 
 use kernel::prelude::*;
 

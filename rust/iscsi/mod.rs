@@ -146,14 +146,9 @@ pub(crate) trait TransportOps: 'static + Sized {
 
     /// The driver's connection (what an iSCSI endpoint stands for).
     type Ep: Send + Sync + 'static;
-    /// Per-task driver state, made once per libiscsi task slot.
-    type TaskData: Send + Sync + 'static;
 
     /// Where the registration keeps its C objects for the callbacks.
-    fn registry() -> &'static Registry;
-
-    /// A fresh `TaskData` for task slot `index`.
-    fn new_task_data(index: u32) -> Self::TaskData;
+    fn registry() -> &'static Registry<Self>;
 
     /// Whether sysfs shows `attr` (read-only).
     fn attr_visible(attr: Attr) -> bool;
@@ -189,7 +184,8 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// The slot through which the endpoint reaches its bound iSCSI
-    /// connection.
+    /// connection. The layer sets the slot returned at bind and clears that
+    /// same slot before the connection stops, whatever this returns later.
     fn conn_slot(ep: &Self::Ep) -> &ConnSlot;
 
     /// The iSCSI connection `conn` binds to `ep` (before the slot is set).
@@ -236,7 +232,7 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// libiscsi sends `task` (atomic context).
-    fn xmit_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
+    fn xmit_task(_ep: &Self::Ep, _task: &mut Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }
 
@@ -249,27 +245,103 @@ pub(crate) trait TransportOps: 'static + Sized {
 #[kunit_tests(riser_iscsi)]
 mod tests {
     use super::*;
-    use kernel::alloc::KBox;
+    use kernel::alloc::{KBox, KVec};
 
     /// A transport under a name nothing else uses, so the test can register
     /// it beside riser's own `iser`.
     struct TestTransport;
-    static REGISTRY: Registry = Registry::new();
+    static REGISTRY: Registry<TestTransport> = Registry::new();
 
     impl TransportOps for TestTransport {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
         type Ep = Pin<KBox<ConnSlot>>;
-        type TaskData = ();
 
-        fn registry() -> &'static Registry {
+        fn registry() -> &'static Registry<Self> {
             &REGISTRY
         }
 
-        fn new_task_data(_: u32) {}
-
         fn attr_visible(attr: Attr) -> bool {
             attr == Attr::Host(host_param::INITIATOR_NAME)
+        }
+
+        fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+            Ok(Arc::new(
+                KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?)
+        }
+
+        // Answers for any endpoint it is given, so a test sees whether one
+        // got through.
+        fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
+            Ok(true)
+        }
+
+        fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+            Some(SocketAddrV4::new(core::net::Ipv4Addr::LOCALHOST, 1))
+        }
+
+        fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
+            ep
+        }
+    }
+
+    /// A second transport, whose endpoints the first must refuse.
+    struct OtherTransport;
+    static OTHER_REGISTRY: Registry<OtherTransport> = Registry::new();
+
+    impl TransportOps for OtherTransport {
+        const NAME: &'static CStr = c"riser_kunit_other";
+        const CAPS: u32 = caps::TEXT_NEGO;
+        type Ep = Pin<KBox<ConnSlot>>;
+
+        fn registry() -> &'static Registry<Self> {
+            &OTHER_REGISTRY
+        }
+
+        fn attr_visible(_: Attr) -> bool {
+            false
+        }
+
+        fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+            Ok(Arc::new(
+                KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?)
+        }
+
+        fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
+            Ok(true)
+        }
+
+        fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+            Some(SocketAddrV4::new(
+                core::net::Ipv4Addr::new(192, 0, 2, 9),
+                3260,
+            ))
+        }
+
+        fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
+            ep
+        }
+    }
+
+    /// A transport that takes the name of the first.
+    struct SameName;
+    static SAME_NAME_REGISTRY: Registry<SameName> = Registry::new();
+
+    impl TransportOps for SameName {
+        const NAME: &'static CStr = c"riser_kunit";
+        const CAPS: u32 = caps::TEXT_NEGO;
+        type Ep = Pin<KBox<ConnSlot>>;
+
+        fn registry() -> &'static Registry<Self> {
+            &SAME_NAME_REGISTRY
+        }
+
+        fn attr_visible(_: Attr) -> bool {
+            false
         }
 
         fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
@@ -278,7 +350,7 @@ mod tests {
     }
 
     fn module() -> &'static kernel::ThisModule {
-        kernel::module::this_module::<crate::driver::Riser>()
+        kernel::module::this_module::<crate::LocalModule>()
     }
 
     fn test_template() -> impl PinInit<crate::scsi::HostTemplate> {
@@ -302,10 +374,36 @@ mod tests {
             GFP_KERNEL,
         )?;
         assert_eq!(first.host_template().proc_name(), c"riser_kunit");
-        // scsi_transport_iscsi refuses a second transport of the same name.
+        // A second registration of the same transport is refused, and
+        // leaves the first one working.
         assert_eq!(
             KBox::pin_init(
                 Transport::<TestTransport>::new(module(), test_template()),
+                GFP_KERNEL
+            )
+            .err(),
+            Some(EEXIST)
+        );
+        let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
+            core::net::Ipv4Addr::new(192, 0, 2, 9),
+            3260,
+        ));
+        // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused;
+        // the endpoint is dropped by its own transport.
+        unsafe {
+            let ep = transport::ep_connect_callback::<TestTransport>(
+                core::ptr::null_mut(),
+                (&raw mut dst).cast(),
+                0,
+            );
+            let ep = kernel::error::from_err_ptr(ep)?;
+            transport::ep_disconnect_callback::<TestTransport>(ep);
+        }
+        // Another transport of the same name: scsi_transport_iscsi refuses
+        // it.
+        assert_eq!(
+            KBox::pin_init(
+                Transport::<SameName>::new(module(), test_template()),
                 GFP_KERNEL
             )
             .err(),
@@ -318,6 +416,73 @@ mod tests {
             GFP_KERNEL,
         )?;
         drop(again);
+        Ok(())
+    }
+
+    #[test]
+    fn an_endpoint_of_another_transport_is_refused() -> Result {
+        let mine = KBox::pin_init(
+            Transport::<TestTransport>::new(module(), test_template()),
+            GFP_KERNEL,
+        )?;
+        let other = KBox::pin_init(
+            Transport::<OtherTransport>::new(module(), test_template()),
+            GFP_KERNEL,
+        )?;
+        let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
+            core::net::Ipv4Addr::new(192, 0, 2, 9),
+            3260,
+        ));
+        // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused.
+        let (my_ep, ep) = unsafe {
+            (
+                transport::ep_connect_callback::<TestTransport>(
+                    core::ptr::null_mut(),
+                    (&raw mut dst).cast(),
+                    0,
+                ),
+                transport::ep_connect_callback::<OtherTransport>(
+                    core::ptr::null_mut(),
+                    (&raw mut dst).cast(),
+                    0,
+                ),
+            )
+        };
+        let (my_ep, ep) = (
+            kernel::error::from_err_ptr(my_ep)?,
+            kernel::error::from_err_ptr(ep)?,
+        );
+        // scsi_transport_iscsi hands any transport any endpoint handle
+        // iscsid sends: the wrong transport finds no object of its own.
+        // SAFETY: `ep` is a live endpoint; both transports are registered.
+        let (poll_mine, poll_other) = unsafe {
+            (
+                transport::ep_poll_callback::<TestTransport>(ep, 0),
+                transport::ep_poll_callback::<OtherTransport>(ep, 0),
+            )
+        };
+        assert_eq!((poll_mine, poll_other), (-1, 1));
+        let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
+        // SAFETY: As above; `page` is a page.
+        let addr = unsafe {
+            transport::get_ep_param_callback::<TestTransport>(
+                ep,
+                bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
+                page.as_mut_ptr().cast(),
+            )
+        };
+        assert_eq!(addr, ENOTCONN.to_errno());
+        // The wrong transport leaves the endpoint alone; its own frees it.
+        // SAFETY: As above; `ep` is not used after the second call.
+        unsafe {
+            transport::ep_disconnect_callback::<TestTransport>(ep);
+            assert_eq!(transport::ep_poll_callback::<OtherTransport>(ep, 0), 1);
+            transport::ep_disconnect_callback::<OtherTransport>(ep);
+            assert_eq!(transport::ep_poll_callback::<TestTransport>(my_ep, 0), 1);
+            transport::ep_disconnect_callback::<TestTransport>(my_ep);
+        }
+        drop(other);
+        drop(mine);
         Ok(())
     }
 

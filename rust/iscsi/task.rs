@@ -8,6 +8,7 @@ use crate::{
     rdma::conn::{DeviceRef, DmaDir, DmaSg},
 };
 use core::{
+    cell::UnsafeCell,
     marker::PhantomData,
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, AtomicU32, Ordering},
@@ -20,24 +21,49 @@ const RESERVED_ITT: u32 = 0xffff_ffff;
 /// The BHS length.
 pub(crate) const BHS_LEN: usize = 48;
 
-/// What riser keeps in each libiscsi task's `dd_data`: the header libiscsi
-/// builds PDUs in, the data mapping (owned by the layer, so it is always
-/// undone in cleanup), the count of [`TaskRef`]s alive on the task and the
-/// driver's data.
+/// What the layer keeps in each libiscsi task's `dd_data`: the header
+/// libiscsi builds PDUs in, the data mapping (owned by the layer, so it is
+/// always undone in cleanup) and the count of [`TaskRef`]s alive on the
+/// task.
 ///
 /// # Invariants
 ///
-/// Written once per task slot when the session is made and dropped in place
-/// when it is destroyed; `hdr` is where the task's `hdr` points. `refs`
-/// counts the live [`TaskRef`]s of the task; the layer tears a connection
-/// or session down only while every slot's count is zero (else it leaks
-/// them, see `transport.rs`), so a `TaskRef` never outlives its task.
+/// Written once per task slot when the session is made; its contents are
+/// taken (the mapping undone) when the session is destroyed, leaving a
+/// valid empty slot. `hdr` is where the task's `hdr` points: libiscsi
+/// writes it, so Rust reads it only through raw pointers. `sg` is
+/// accessed only through a [`Task`] of the slot, by `&mut` to change it
+/// (`map_data`, `unmap_data`), and libiscsi never runs two callbacks of one
+/// task at once that reach it (see [`Task`]). `refs` counts the live
+/// [`TaskRef`]s of the task; the layer tears a connection or session down
+/// only while every slot's count is zero (else it leaks them, see
+/// `transport.rs`), so a `TaskRef` never outlives its task.
 #[repr(C)]
-pub(super) struct TaskSlot<T: TransportOps> {
-    pub(super) hdr: bindings::iscsi_hdr,
-    pub(super) sg: Option<DmaSg>,
+pub(super) struct TaskSlot {
+    pub(super) hdr: Opaque<bindings::iscsi_hdr>,
+    sg: UnsafeCell<Option<DmaSg>>,
     pub(super) refs: AtomicU32,
-    pub(super) data: T::TaskData,
+}
+
+impl TaskSlot {
+    pub(super) fn new() -> Self {
+        Self {
+            hdr: Opaque::zeroed(),
+            sg: UnsafeCell::new(None),
+            refs: AtomicU32::new(0),
+        }
+    }
+
+    /// Undoes the slot's mapping, if any, when the session goes.
+    ///
+    /// # Safety
+    ///
+    /// `slot` must be an initialised slot of a task libiscsi no longer
+    /// uses, with no [`Task`] alive on it.
+    pub(super) unsafe fn take_contents(slot: *mut Self) {
+        // SAFETY: No `Task` reaches `sg` (function contract).
+        drop(unsafe { (*(*slot).sg.get()).take() });
+    }
 }
 
 /// The direction of a SCSI command's data.
@@ -55,18 +81,26 @@ pub(crate) enum Direction {
 
 /// A libiscsi task, borrowed during a transport callback.
 ///
+/// Neither `Send` nor `Sync` (it holds a raw pointer): it stays on the
+/// callback's thread, so its `&self` methods that update libiscsi's
+/// per-task state (the unsolicited Data-Out sequence) never race.
+///
 /// # Invariants
 ///
 /// `ptr` is a task of a session of transport `T`, whose `dd_data` holds an
-/// initialised `TaskSlot<T>`, and it holds a reference (`refcount`) for
+/// initialised [`TaskSlot`], and it holds a reference (`refcount`) for
 /// `'a`: libiscsi's own during `init_task`, the layer's during `xmit_task`
 /// (taken in `xmit_task_callback`, because a response on another CPU may
 /// complete the task while it is being sent), none needed during
 /// `cleanup_task`, which libiscsi calls once the last reference is gone and
 /// before the task goes back to the pool. So the task, its `sc` and `sc`'s
-/// scatterlist are valid for `'a`. `sg` is written only by `xmit_task`
-/// (`map_data`) and `cleanup_task` (`unmap_data`), which never overlap: the
-/// reference held during `xmit_task` keeps `cleanup_task` away.
+/// scatterlist are valid for `'a`. One `Task` exists per callback, and
+/// libiscsi runs the callbacks of one task one at a time (`init_task` and
+/// `xmit_task` under the session's transmit serialisation; `cleanup_task`
+/// only once no reference, so no `xmit_task`, is left): the slot's `sg`
+/// is reached by no one else while a `Task` borrows it. The task's fields
+/// are read through the raw pointer, never through a reference to the
+/// whole `iscsi_task`, which libiscsi changes under us.
 pub(crate) struct Task<'a, T: TransportOps> {
     ptr: NonNull<bindings::iscsi_task>,
     _p: PhantomData<(&'a (), T)>,
@@ -94,54 +128,60 @@ impl<'a, T: TransportOps> Task<'a, T> {
         })
     }
 
-    fn raw(&self) -> &bindings::iscsi_task {
-        // SAFETY: The task is live (type invariant).
-        unsafe { &*self.ptr.as_ptr() }
+    fn raw(&self) -> *mut bindings::iscsi_task {
+        self.ptr.as_ptr()
     }
 
-    fn slot(&self) -> &TaskSlot<T> {
-        // SAFETY: `dd_data` holds an initialised slot (type invariant).
-        unsafe { &*self.raw().dd_data.cast::<TaskSlot<T>>() }
+    fn slot(&self) -> *mut TaskSlot {
+        // SAFETY: The task is live (type invariant).
+        unsafe { (*self.raw()).dd_data.cast::<TaskSlot>() }
+    }
+
+    fn sc(&self) -> *mut bindings::scsi_cmnd {
+        // SAFETY: The task is live (type invariant).
+        unsafe { (*self.raw()).sc }
     }
 
     /// The task's slot index in the session's pool (the ITT's low bits).
     pub(crate) fn index(&self) -> u32 {
-        self.raw().itt.unsigned_abs()
+        // SAFETY: The task is live (type invariant).
+        unsafe { (*self.raw()).itt }.unsigned_abs()
     }
 
     /// Whether this is a SCSI command (else a management PDU).
     pub(crate) fn is_scsi(&self) -> bool {
-        !self.raw().sc.is_null()
+        !self.sc().is_null()
     }
 
     /// The header libiscsi built, as sent on the wire.
     pub(crate) fn bhs(&self) -> [u8; BHS_LEN] {
         // SAFETY: `hdr` points to the slot's `iscsi_hdr` (48 bytes), which
         // libiscsi filled before calling the transport.
-        unsafe { core::ptr::read(self.raw().hdr.cast::<[u8; BHS_LEN]>()) }
+        unsafe { core::ptr::read((*self.raw()).hdr.cast::<[u8; BHS_LEN]>()) }
     }
 
     /// Whether the PDU expects no response (ITT reserved): the transport
     /// releases such a task once its send completed.
     pub(crate) fn reserved_itt(&self) -> bool {
         // SAFETY: `hdr` is valid (above).
-        unsafe { (*self.raw().hdr).itt == RESERVED_ITT }
+        unsafe { (*(*self.raw()).hdr).itt == RESERVED_ITT }
     }
 
     /// A management PDU's data segment.
     pub(crate) fn mgmt_data(&self) -> &[u8] {
-        let t = self.raw();
-        if t.data.is_null() || t.data_count == 0 {
+        // SAFETY: The task is live (type invariant).
+        let (data, count) = unsafe { ((*self.raw()).data, (*self.raw()).data_count) };
+        if data.is_null() || count == 0 {
             return &[];
         }
         // SAFETY: libiscsi's `data` holds `data_count` bytes (the connection's
         // data buffer) for as long as the task is being sent.
-        unsafe { core::slice::from_raw_parts(t.data.cast::<u8>(), t.data_count as usize) }
+        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), count as usize) }
     }
 
     /// The SCSI data direction.
     pub(crate) fn direction(&self) -> Direction {
-        let sc = self.raw().sc;
+        let sc = self.sc();
         if sc.is_null() {
             return Direction::None;
         }
@@ -160,7 +200,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
 
     /// The SCSI command's data length.
     pub(crate) fn data_len(&self) -> u32 {
-        let sc = self.raw().sc;
+        let sc = self.sc();
         if sc.is_null() {
             return 0;
         }
@@ -170,33 +210,40 @@ impl<'a, T: TransportOps> Task<'a, T> {
 
     /// Bytes of immediate data libiscsi put in the command PDU.
     pub(crate) fn imm_count(&self) -> u32 {
-        self.raw().imm_count
+        // SAFETY: The task is live (type invariant).
+        unsafe { (*self.raw()).imm_count }
     }
 
     /// Length of the unsolicited Data-Out data (after the immediate data).
     pub(crate) fn unsol_len(&self) -> u32 {
-        self.raw().unsol_r2t.data_length
+        // SAFETY: The task is live (type invariant).
+        unsafe { (*self.raw()).unsol_r2t.data_length }
     }
 
     /// The most data one PDU to the target carries (MaxXmitDataSegmentLength).
     pub(crate) fn max_xmit_dlength(&self) -> u32 {
         // SAFETY: A task being sent has a live connection.
-        unsafe { (*self.raw().conn).max_xmit_dlength }
+        unsafe { (*(*self.raw()).conn).max_xmit_dlength }
     }
 
-    /// Maps the command's data on `dev`; the mapping lasts until cleanup.
-    pub(crate) fn map_data(&self, dev: &DeviceRef) -> Result<&DmaSg> {
+    /// The slot's mapping cell, as a unique reference.
+    fn sg_mut(&mut self) -> &mut Option<DmaSg> {
+        // SAFETY: `dd_data` holds this task's initialised slot; nothing but
+        // this `Task` reaches its `sg` now (type invariant), and `&mut
+        // self` excludes every other borrow made through it.
+        unsafe { &mut *(*self.slot()).sg.get() }
+    }
+
+    /// Maps the command's data on `dev`, in place of any earlier mapping;
+    /// the mapping lasts until cleanup. [`Task::mapping`] then names it.
+    pub(crate) fn map_data(&mut self, dev: &DeviceRef) -> Result {
         let dir = match self.direction() {
             Direction::Read => DmaDir::FromDevice,
             Direction::Write => DmaDir::ToDevice,
             _ => return Err(EINVAL),
         };
-        let sc = self.raw().sc;
-        // Only `xmit_task` and `cleanup_task` touch `sg`, and never at once
-        // (type invariant), so no other reference to `sg` exists now.
-        // SAFETY: `dd_data` holds this task's initialised slot.
-        let slot = unsafe { &mut *self.raw().dd_data.cast::<TaskSlot<T>>() };
-        drop(slot.sg.take());
+        let sc = self.sc();
+        drop(self.sg_mut().take());
         // The command's scatterlist stays valid until the task is freed,
         // whose `cleanup_task` drops the mapping first (`unmap_data`); no
         // completion can come before that, as a reference is held.
@@ -209,18 +256,20 @@ impl<'a, T: TransportOps> Task<'a, T> {
                 dir,
             )?
         };
-        Ok(slot.sg.insert(sg))
+        *self.sg_mut() = Some(sg);
+        Ok(())
     }
 
-    /// The data mapping made by [`Task::map_data`], if any.
+    /// The data mapping made by [`Task::map_data`], if any. The borrow of
+    /// the task keeps it: `map_data` (by `&mut`) cannot replace it meanwhile.
     pub(crate) fn mapping(&self) -> Option<&DmaSg> {
-        self.slot().sg.as_ref()
+        // SAFETY: As in `sg_mut`; shared with other `&self` borrows only,
+        // as changes go through `&mut self`.
+        unsafe { (*(*self.slot()).sg.get()).as_ref() }
     }
 
-    pub(super) fn unmap_data(&self) {
-        // SAFETY: As in `map_data`.
-        let slot = unsafe { &mut *self.raw().dd_data.cast::<TaskSlot<T>>() };
-        drop(slot.sg.take());
+    pub(super) fn unmap_data(&mut self) {
+        drop(self.sg_mut().take());
     }
 
     /// The next unsolicited Data-Out PDU, if unsolicited data is left.
@@ -260,7 +309,9 @@ impl<'a, T: TransportOps> Task<'a, T> {
     /// then the SCSI command goes back to the midlayer) only once every
     /// reference is dropped. `None` if the task is already being freed.
     pub(crate) fn get_ref(&self) -> Option<TaskRef> {
-        let refs = &self.slot().refs;
+        // SAFETY: The slot is initialised (type invariant); `refs` is
+        // atomic.
+        let refs = unsafe { &(*self.slot()).refs };
         // Counted first: the layer's teardown looks at the count.
         refs.fetch_add(1, Ordering::AcqRel);
         // SAFETY: The task is live (type invariant).
@@ -380,17 +431,20 @@ impl Conn {
 }
 
 /// Where an endpoint finds the iSCSI connection bound to it, from any
-/// context, at any time: set by the layer at bind, cleared at unbind.
+/// context, at any time: set by the layer at bind, cleared before the
+/// connection is stopped.
 ///
 /// # Invariants
 ///
-/// `conn` is null or a live, bound `iscsi_conn`: the layer clears it, then
-/// waits for an RCU grace period and cancels `work` (in [`ConnSlot::clear`])
-/// before the connection can be torn down; readers load it inside an RCU
+/// `conn` is null or a live, bound `iscsi_conn` that is not stopped: only
+/// the layer sets it (at bind, to the connection it binds, recording which
+/// slot it set), and before that connection is stopped or torn down it
+/// clears the slot it recorded, then waits for an RCU grace period and
+/// cancels `work` (in [`ConnSlot::clear`]); readers load it inside an RCU
 /// read section. `work` is initialised in [`ConnSlot::new`] and queued only
-/// inside such a section while `conn` is set, so it never runs after
-/// `clear` returned; the slot is not dropped while set (the layer holds the
-/// endpoint while it is bound).
+/// inside such a section while `conn` is set, so it is not pending or
+/// running after `clear` returned. The layer holds the endpoint, and so the
+/// slot, from bind until after that `clear`.
 #[pin_data]
 pub(crate) struct ConnSlot {
     conn: AtomicPtr<bindings::iscsi_conn>,
@@ -427,11 +481,13 @@ impl ConnSlot {
         self.conn.store(c, Ordering::Release);
     }
 
-    /// Clears the slot and returns once no reader can see the old
-    /// connection and the failure work is not queued or running. Process
-    /// context.
-    pub(super) fn clear(&self) {
-        self.conn.store(null_mut(), Ordering::Release);
+    /// Clears the slot if it holds `c` (a later bind through the same slot
+    /// may have replaced it), and returns once no reader can see `c` and
+    /// the failure work is neither queued nor running. Process context.
+    pub(super) fn clear(&self, c: *mut bindings::iscsi_conn) {
+        let _ = self
+            .conn
+            .compare_exchange(c, null_mut(), Ordering::AcqRel, Ordering::Acquire);
         rcu::synchronize_rcu();
         // SAFETY: `work` was initialised in `new` (type invariant); after
         // the grace period nothing queues it again.

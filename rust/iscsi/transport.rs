@@ -4,19 +4,20 @@
 
 use super::{
     task::{TaskSlot, BHS_LEN},
-    Attr, Conn, Task, TransportOps,
+    Attr, Conn, ConnSlot, Task, TransportOps,
 };
 use crate::{bindings, scsi::HostTemplate};
 use core::{
     marker::PhantomData,
-    net::SocketAddrV4,
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
+    sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
+    alloc::KVec,
     error::to_result,
+    new_mutex,
     prelude::*,
-    sync::Arc,
+    sync::{rcu, Arc, ArcBorrow, Mutex},
     types::{ForeignOwnable, Opaque},
     ThisModule,
 };
@@ -27,24 +28,63 @@ use kernel::{
 /// # Invariants
 ///
 /// Non-null pointers are set by [`Transport::new`] and point to the
-/// registered transport, its SCSI transport template and its host
-/// template, valid until the [`Transport`] is dropped, which clears them
-/// after unregistering.
-pub(crate) struct Registry {
+/// registered transport, its SCSI transport template, its host template and
+/// its table of endpoints, valid until the [`Transport`] is dropped, which
+/// clears them after unregistering.
+pub(crate) struct Registry<T: TransportOps> {
     tt: AtomicPtr<bindings::iscsi_transport>,
     scsi: AtomicPtr<bindings::scsi_transport_template>,
     sht: AtomicPtr<bindings::scsi_host_template>,
+    eps: AtomicPtr<Endpoints<T>>,
 }
 
-impl Registry {
+impl<T: TransportOps> Registry<T> {
     /// An empty registry.
     pub(crate) const fn new() -> Self {
         Self {
             tt: AtomicPtr::new(null_mut()),
             scsi: AtomicPtr::new(null_mut()),
             sht: AtomicPtr::new(null_mut()),
+            eps: AtomicPtr::new(null_mut()),
         }
     }
+}
+
+/// The endpoints the transport made and iscsid has not dropped: the C
+/// endpoint (by address) and the driver's object it stands for.
+///
+/// scsi_transport_iscsi looks endpoints up by the handle iscsid sends, in
+/// one table for all transports, and hands the result to the transport the
+/// message names: an endpoint found here is the transport's own, and one
+/// that is not (another transport's, or a stale handle) is refused.
+type Endpoints<T> = Mutex<KVec<(usize, Arc<<T as TransportOps>::Ep>)>>;
+
+/// The transport's endpoint table.
+///
+/// # Safety
+///
+/// Called from a callback of the registered transport `T` (it stays
+/// registered, and the table alive, until the callback returns).
+unsafe fn endpoints<'a, T: TransportOps>() -> Option<&'a Endpoints<T>> {
+    let p = T::registry().eps.load(Ordering::Acquire);
+    // SAFETY: A non-null pointer is the registered transport's table
+    // (invariant of `Registry`), alive while its callbacks run.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// The driver's object for endpoint `ep`, if `ep` is one of `T`'s.
+///
+/// # Safety
+///
+/// As for [`endpoints`].
+unsafe fn ep_lookup<T: TransportOps>(ep: *mut bindings::iscsi_endpoint) -> Option<Arc<T::Ep>> {
+    // SAFETY: Called from a callback of `T` (function contract).
+    let eps = unsafe { endpoints::<T>() }?.lock();
+    let found = eps.iter().find(|(p, _)| *p == ep as usize);
+    if found.is_none() {
+        pr_err!("endpoint {:p} is not one of this transport's\n", ep);
+    }
+    found.map(|(_, e)| e.clone())
 }
 
 /// A registered iSCSI transport.
@@ -52,54 +92,87 @@ impl Registry {
 /// # Invariants
 ///
 /// `tt` is registered with scsi_transport_iscsi from `new` until `drop`;
-/// `sht`, the template of the sessions' hosts, is initialised before and
-/// dropped after the registration.
+/// `sht`, the template of the sessions' hosts, and `eps`, the endpoint
+/// table, are initialised before and dropped after the registration.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Transport<T: TransportOps> {
     #[pin]
     tt: Opaque<bindings::iscsi_transport>,
-    // After `tt`: the template outlives the registration.
+    // After `tt`: the template and the table outlive the registration.
     #[pin]
     sht: HostTemplate,
+    #[pin]
+    eps: Endpoints<T>,
     _p: PhantomData<T>,
 }
 
 // SAFETY: The registration is only handed to scsi_transport_iscsi, which
-// synchronises its use.
+// synchronises its use; the table is behind a mutex.
 unsafe impl<T: TransportOps> Send for Transport<T> {}
-// SAFETY: Shared references only read it.
+// SAFETY: Shared references only read it, or lock the table.
 unsafe impl<T: TransportOps> Sync for Transport<T> {}
 
-/// The endpoint bound to an `iscsi_conn`, if any.
+/// What a connection's `dd_data` holds: the endpoint bound to it, and the
+/// slot through which the endpoint reaches it.
+///
+/// # Invariants
+///
+/// `ep` is null or came from `Arc::<T::Ep>::into_foreign` at bind, and is
+/// taken back once at unbind; `slot` is null or the [`ConnSlot`] that bind
+/// set to this connection, which the endpoint in `ep` keeps alive.
+/// Written at bind and unbind only; a reader that libiscsi does not order
+/// before unbind (a netlink request may race with the connection's
+/// cleanup work) clones the endpoint inside an RCU read section, and
+/// unbind waits for a grace period before it drops the endpoint.
+struct Binding {
+    ep: AtomicPtr<c_void>,
+    slot: AtomicPtr<ConnSlot>,
+}
+
+/// The binding in `conn`'s `dd_data`.
 ///
 /// # Safety
 ///
-/// `conn` must be a live connection of a session of transport `T`.
+/// `conn` must be a live connection made by `create_conn_callback`.
+unsafe fn binding<'a>(conn: *mut bindings::iscsi_conn) -> &'a Binding {
+    // SAFETY: `create_conn_callback` made `dd_data` a `Binding`, alive with
+    // the connection.
+    unsafe { &*(*conn).dd_data.cast::<Binding>() }
+}
+
+/// The endpoint bound to `conn`, if any, borrowed.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of a session of transport `T`, and the
+/// caller a libiscsi callback that libiscsi runs before the connection is
+/// stopped or destroyed (init, xmit and cleanup of its tasks).
 unsafe fn bound_ep<'a, T: TransportOps>(
     conn: *mut bindings::iscsi_conn,
-) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
-    // SAFETY: The connection is live; `dd_data` holds one pointer.
-    let p = unsafe { *(*conn).dd_data.cast::<*mut c_void>() };
+) -> Option<ArcBorrow<'a, T::Ep>> {
+    // SAFETY: The connection is live (function contract).
+    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
     // A non-null pointer came from `Arc::into_foreign` at bind; it is released
-    // at stop/destroy, which libiscsi orders after any callback using it.
+    // at stop/destroy, which libiscsi orders after the caller.
     // SAFETY: So it is a live foreign `Arc<T::Ep>` for the borrow.
     (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
 }
 
-/// The endpoint's connection, borrowed.
+/// The endpoint bound to `conn`, if any, cloned: for callers that may race
+/// with the connection's stop (netlink requests).
 ///
 /// # Safety
 ///
-/// `ep` must be a live endpoint made by `ep_connect_callback::<T>`.
-unsafe fn ep_borrow<'a, T: TransportOps>(
-    ep: *mut bindings::iscsi_endpoint,
-) -> Option<kernel::sync::ArcBorrow<'a, T::Ep>> {
-    // SAFETY: `dd_data` holds one pointer, set by `ep_connect_callback`.
-    let p = unsafe { *(*ep).dd_data.cast::<*mut c_void>() };
-    // A non-null pointer came from `into_foreign` in `ep_connect_callback`; it
-    // is released in `ep_disconnect_callback`, the endpoint's last call.
-    // SAFETY: So it is a live foreign `Arc<T::Ep>` for the borrow.
-    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
+/// `conn` must be a live connection of a session of transport `T`.
+unsafe fn bound_ep_arc<T: TransportOps>(conn: *mut bindings::iscsi_conn) -> Option<Arc<T::Ep>> {
+    let _rcu = rcu::read_lock();
+    // SAFETY: The connection is live (function contract).
+    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
+    // A non-null pointer loaded in the read section stays a live foreign
+    // `Arc` until the section ends: unbind waits for a grace period before
+    // dropping it (invariant of `Binding`).
+    // SAFETY: Hence the borrow, cloned before the section ends.
+    (!p.is_null()).then(|| Arc::from(unsafe { Arc::<T::Ep>::borrow(p) }))
 }
 
 impl<T: TransportOps> Transport<T> {
@@ -113,10 +186,16 @@ impl<T: TransportOps> Transport<T> {
         try_pin_init!(&this in Self {
             _p: PhantomData,
             sht <- sht,
+            eps <- new_mutex!(KVec::new()),
             tt <- Opaque::try_ffi_init(move |slot: *mut bindings::iscsi_transport| {
-                // SAFETY: `sht` was initialised above (fields initialise in
-                // the order written) and is pinned in `this`.
-                let sht = unsafe { (*this.as_ptr()).sht.as_raw() };
+                // SAFETY: `sht` and `eps` were initialised above (fields
+                // initialise in the order written) and are pinned in `this`.
+                let (sht, eps) = unsafe {
+                    (
+                        (*this.as_ptr()).sht.as_raw(),
+                        (&raw const (*this.as_ptr()).eps).cast_mut(),
+                    )
+                };
                 // SAFETY: `slot` is valid for writes; an all-zero transport
                 // is a valid value (no callbacks) that the lines below fill.
                 unsafe { core::ptr::write_bytes(slot, 0, 1) };
@@ -153,13 +232,28 @@ impl<T: TransportOps> Transport<T> {
                 t.ep_poll = Some(ep_poll_callback::<T>);
                 t.ep_disconnect = Some(ep_disconnect_callback::<T>);
                 let reg = T::registry();
+                // One registration per transport type at a time: the
+                // registry is claimed first, so a second `Transport::<T>`
+                // fails without touching the first one's pointers.
+                if reg
+                    .tt
+                    .compare_exchange(null_mut(), slot, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    pr_err!(
+                        "iSCSI transport \"{}\" is already registered\n",
+                        T::NAME.to_str().unwrap_or("?")
+                    );
+                    return Err(EEXIST);
+                }
                 reg.sht.store(sht, Ordering::Release);
-                reg.tt.store(slot, Ordering::Release);
+                reg.eps.store(eps, Ordering::Release);
                 // SAFETY: `slot` is pinned inside `Self` and unregistered in
                 // `PinnedDrop::drop` before it goes away.
                 let scsi = unsafe { bindings::iscsi_register_transport(slot) };
                 if scsi.is_null() {
                     reg.tt.store(null_mut(), Ordering::Release);
+                    reg.eps.store(null_mut(), Ordering::Release);
                     reg.sht.store(null_mut(), Ordering::Release);
                     // scsi_transport_iscsi refuses a taken name silently.
                     pr_err!(
@@ -191,6 +285,7 @@ impl<T: TransportOps> PinnedDrop for Transport<T> {
         let reg = T::registry();
         reg.scsi.store(null_mut(), Ordering::Release);
         reg.tt.store(null_mut(), Ordering::Release);
+        reg.eps.store(null_mut(), Ordering::Release);
         reg.sht.store(null_mut(), Ordering::Release);
     }
 }
@@ -242,10 +337,12 @@ unsafe extern "C" fn create_session_callback<T: TransportOps>(
     let ep = if ep.is_null() {
         None
     } else {
-        // SAFETY: A non-null `ep` is live (function contract).
-        unsafe { ep_borrow::<T>(ep) }
+        // SAFETY: A callback of `T`.
+        match unsafe { ep_lookup::<T>(ep) } {
+            Some(e) => Some(e),
+            None => return null_mut(),
+        }
     };
-    let ep: Option<Arc<T::Ep>> = ep.map(Into::into);
     match create_session::<T>(ep.as_ref(), cmds_max, qdepth, initial_cmdsn) {
         Ok(s) => s.as_ptr(),
         Err(e) => {
@@ -304,7 +401,7 @@ fn create_session<T: TransportOps>(
         unsafe { bindings::iscsi_host_free(sh) };
         return Err(e);
     }
-    let slot_size = c_int::try_from(size_of::<TaskSlot<T>>())?;
+    let slot_size = c_int::try_from(size_of::<TaskSlot>())?;
     // SAFETY: `tt` is the registered transport; `sh` an added host.
     let cls = unsafe {
         bindings::iscsi_session_setup(tt, sh, lim.can_queue, 0, slot_size, initial_cmdsn, 0)
@@ -323,13 +420,8 @@ fn create_session<T: TransportOps>(
         let s = session_of(cls.as_ptr());
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-            slot.write(TaskSlot {
-                hdr: Default::default(),
-                sg: None,
-                refs: AtomicU32::new(0),
-                data: T::new_task_data(i),
-            });
+            let slot = (*task).dd_data.cast::<TaskSlot>();
+            slot.write(TaskSlot::new());
         }
     }
     Ok(cls)
@@ -347,7 +439,7 @@ unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session) -> u32 {
     unsafe {
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
+            let slot = (*task).dd_data.cast::<TaskSlot>();
             n = n.saturating_add((*slot).refs.load(Ordering::Acquire));
         }
     }
@@ -379,7 +471,9 @@ unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
         let s = session_of(cls);
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            core::ptr::drop_in_place((*task).dd_data.cast::<TaskSlot<T>>());
+            // Emptied, not dropped in place: a slot stays valid for
+            // anything that still looks at it before the pool is freed.
+            TaskSlot::take_contents((*task).dd_data.cast::<TaskSlot>());
         }
         bindings::iscsi_session_teardown(cls);
         bindings::iscsi_host_remove(sh, false);
@@ -394,9 +488,23 @@ unsafe extern "C" fn create_conn_callback<T: TransportOps>(
     cls: *mut bindings::iscsi_cls_session,
     cid: u32,
 ) -> *mut bindings::iscsi_cls_conn {
-    // SAFETY: The session is live; the connection's dd_data holds one
-    // pointer (the bound endpoint), zeroed by libiscsi.
-    unsafe { bindings::iscsi_conn_setup(cls, size_of::<*mut c_void>() as c_int, cid) }
+    // CAST: a few pointers.
+    let size = size_of::<Binding>() as c_int;
+    // SAFETY: The session is live; the connection's dd_data is `size` bytes.
+    let cls_conn = unsafe { bindings::iscsi_conn_setup(cls, size, cid) };
+    if !cls_conn.is_null() {
+        // SAFETY: The connection is new; its dd_data is ours, `size` bytes.
+        unsafe {
+            (*conn_of(cls_conn))
+                .dd_data
+                .cast::<Binding>()
+                .write(Binding {
+                    ep: AtomicPtr::new(null_mut()),
+                    slot: AtomicPtr::new(null_mut()),
+                })
+        };
+    }
+    cls_conn
 }
 
 /// The `iscsi_conn` of a class connection.
@@ -409,22 +517,41 @@ unsafe fn conn_of(cls: *mut bindings::iscsi_cls_conn) -> *mut bindings::iscsi_co
     unsafe { (*cls).dd_data.cast() }
 }
 
-/// Releases the endpoint bound to `conn`, if any, clearing the slots.
+/// Clears the slot bind set to `conn`, if any: the endpoint no longer
+/// reaches the connection once this returns.
 ///
 /// # Safety
 ///
-/// `conn` must be a live connection of transport `T` whose paths that read
-/// the binding have stopped.
+/// `conn` must be a live connection made by `create_conn_callback`.
+unsafe fn clear_slot(conn: *mut bindings::iscsi_conn) {
+    // SAFETY: The connection is live (function contract).
+    let b = unsafe { binding(conn) };
+    let slot = b.slot.swap(null_mut(), Ordering::AcqRel);
+    if !slot.is_null() {
+        // SAFETY: A non-null slot is the one bind set, kept alive by the
+        // endpoint still bound (invariant of `Binding`).
+        unsafe { &*slot }.clear(conn);
+    }
+}
+
+/// Releases the endpoint bound to `conn`, if any, clearing the slot first.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of transport `T` whose libiscsi task
+/// callbacks have stopped (they borrow the binding without a grace period).
 unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn) {
-    // SAFETY: The connection is live; dd_data holds one pointer.
-    let pp = unsafe { (*conn).dd_data.cast::<*mut c_void>() };
+    // SAFETY: The connection is live (function contract).
+    unsafe { clear_slot(conn) };
     // SAFETY: As above.
-    let p = unsafe { core::ptr::replace(pp, null_mut()) };
+    let p = unsafe { binding(conn) }
+        .ep
+        .swap(null_mut(), Ordering::AcqRel);
     if !p.is_null() {
+        // Readers that clone the endpoint in a read section are done.
+        rcu::synchronize_rcu();
         // SAFETY: `p` came from `into_foreign` at bind and is released once.
-        let ep = unsafe { Arc::<T::Ep>::from_foreign(p) };
-        T::conn_slot(&ep).clear();
-        drop(ep);
+        drop(unsafe { Arc::<T::Ep>::from_foreign(p) });
     }
 }
 
@@ -449,10 +576,9 @@ unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
         pr_err!("bind: no endpoint with handle {:#x}\n", handle);
         return EINVAL.to_errno();
     }
-    // SAFETY: A live endpoint of this transport (the lookup's reference).
-    let r = match unsafe { ep_borrow::<T>(ep) } {
+    // SAFETY: A callback of `T`; the lookup's reference keeps `ep` alive.
+    let r = match unsafe { ep_lookup::<T>(ep) } {
         Some(e) => {
-            let e: Arc<T::Ep> = e.into();
             // SAFETY: `cls_conn` is live and now bound to the session.
             let conn = unsafe { conn_of(cls_conn) };
             // SAFETY: As above.
@@ -466,9 +592,15 @@ unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
                     // SAFETY: The connection is live; replace any earlier
                     // binding (a rebind without stop) cleanly.
                     unsafe { unbind_ep::<T>(conn) };
-                    T::conn_slot(&e).set(conn);
-                    // SAFETY: dd_data holds one pointer.
-                    unsafe { *(*conn).dd_data.cast::<*mut c_void>() = e.into_foreign() };
+                    let slot = T::conn_slot(&e);
+                    slot.set(conn);
+                    // SAFETY: The connection is live.
+                    let b = unsafe { binding(conn) };
+                    // INVARIANT: the slot lives as long as the endpoint,
+                    // held below until unbind.
+                    b.slot
+                        .store(core::ptr::from_ref(slot).cast_mut(), Ordering::Release);
+                    b.ep.store(e.into_foreign(), Ordering::Release);
                     0
                 }
                 Err(err) => err.to_errno(),
@@ -491,13 +623,15 @@ unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
     // SAFETY: The connection is live.
     let conn = unsafe { conn_of(cls_conn) };
     // SAFETY: As above.
-    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
-        let ep: Arc<T::Ep> = ep.into();
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
         // The driver stops its completions and CM paths first.
         T::stop(&ep);
     }
+    // The endpoint no longer reaches a connection being stopped.
+    // SAFETY: As above.
+    unsafe { clear_slot(conn) };
     // SAFETY: The connection is live; libiscsi fails its tasks, calling
-    // `cleanup_task` with the binding still in place.
+    // `cleanup_task` with the endpoint still bound.
     unsafe { bindings::iscsi_conn_stop(cls_conn, flag) };
     // SAFETY: Nothing reads the binding any more.
     unsafe { unbind_ep::<T>(conn) };
@@ -514,8 +648,7 @@ unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
     // iscsid may destroy a bound connection it never stopped: stop riser's
     // paths that reach it first.
     // SAFETY: As above.
-    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
-        let ep: Arc<T::Ep> = ep.into();
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
         T::stop(&ep);
     }
     // SAFETY: The connection is live; nothing of riser reads the binding
@@ -570,7 +703,7 @@ unsafe extern "C" fn set_param_callback<T: TransportOps>(
     if param == bindings::iscsi_param_ISCSI_PARAM_MAX_RECV_DLENGTH {
         // What the connection receives is the transport's to say.
         // SAFETY: The connection is live (contract).
-        let ep = unsafe { bound_ep::<T>(conn_of(cls_conn)) };
+        let ep = unsafe { bound_ep_arc::<T>(conn_of(cls_conn)) };
         // SAFETY: `buf` is a NUL-terminated string (contract).
         let asked = unsafe { CStr::from_char_ptr(buf) }
             .to_str()
@@ -604,7 +737,7 @@ fn fmt_u32(v: u32, out: &mut [u8; 12]) -> usize {
 ///
 /// Called by scsi_transport_iscsi only, with a live endpoint and a page
 /// `buf`.
-unsafe extern "C" fn get_ep_param_callback<T: TransportOps>(
+pub(super) unsafe extern "C" fn get_ep_param_callback<T: TransportOps>(
     ep: *mut bindings::iscsi_endpoint,
     param: bindings::iscsi_param,
     buf: *mut c_char,
@@ -614,35 +747,13 @@ unsafe extern "C" fn get_ep_param_callback<T: TransportOps>(
     {
         return ENOSYS.to_errno();
     }
-    // SAFETY: A live endpoint of this transport.
-    let Some(dst) = (unsafe { ep_borrow::<T>(ep) }).and_then(|e| T::ep_dst(&e)) else {
+    // SAFETY: A callback of `T`.
+    let Some(dst) = (unsafe { ep_lookup::<T>(ep) }).and_then(|e| T::ep_dst(&e)) else {
         return ENOTCONN.to_errno();
     };
-    let mut ss = storage_of(dst);
+    let mut ss = crate::sockaddr::storage(dst);
     // SAFETY: `ss` is a valid IPv4 address; `buf` a page (contract).
     unsafe { bindings::iscsi_conn_get_addr_param(&mut ss, param, buf) }
-}
-
-fn storage_of(a: SocketAddrV4) -> bindings::__kernel_sockaddr_storage {
-    let sin = bindings::sockaddr_in {
-        // CAST: AF_INET fits the family type.
-        sin_family: bindings::AF_INET as bindings::__kernel_sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: bindings::in_addr {
-            s_addr: u32::from_ne_bytes(a.ip().octets()),
-        },
-        ..Default::default()
-    };
-    let mut ss = bindings::__kernel_sockaddr_storage::default();
-    // SAFETY: A `sockaddr_in` fits in a `sockaddr_storage`.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            (&raw const sin).cast::<u8>(),
-            (&raw mut ss).cast::<u8>(),
-            size_of::<bindings::sockaddr_in>(),
-        )
-    };
-    ss
 }
 
 /// # Safety
@@ -659,7 +770,7 @@ unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
     let conn = unsafe { conn_of(cls_conn) };
     let mut rewrite = None;
     // SAFETY: As above.
-    if let Some(ep) = unsafe { bound_ep::<T>(conn) } {
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
         // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
         let (h, d) = unsafe {
             (
@@ -671,7 +782,6 @@ unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
                 },
             )
         };
-        let ep: Arc<T::Ep> = ep.into();
         match T::send_pdu_hook(&ep, &h, d) {
             Ok(r) => rewrite = r,
             Err(e) => return e.to_errno(),
@@ -708,7 +818,7 @@ unsafe extern "C" fn get_stats_callback<T: TransportOps>(
     // SAFETY: The connection is live (contract).
     let conn = unsafe { conn_of(cls_conn) };
     // SAFETY: As above.
-    let octets = unsafe { bound_ep::<T>(conn) }.map(|ep| T::data_octets(&ep));
+    let octets = unsafe { bound_ep_arc::<T>(conn) }.map(|ep| T::data_octets(&ep));
     // SAFETY: Both are live (contract); the counters are plain reads.
     unsafe {
         let c = &*conn;
@@ -735,8 +845,8 @@ unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
     // SAFETY: The task's dd_data holds its slot (made at session creation);
     // the header lives there for the session's life.
     unsafe {
-        let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-        (*task).hdr = &raw mut (*slot).hdr;
+        let slot = (*task).dd_data.cast::<TaskSlot>();
+        (*task).hdr = (*slot).hdr.get();
         // CAST: a BHS is 48 bytes.
         (*task).hdr_max = BHS_LEN as u16;
     }
@@ -787,7 +897,8 @@ unsafe extern "C" fn xmit_task_callback<T: TransportOps>(task: *mut bindings::is
     let Some(guard) = t.get_ref() else {
         return EINVAL.to_errno();
     };
-    let r = T::xmit_task(&ep, &t);
+    let mut t = t;
+    let r = T::xmit_task(&ep, &mut t);
     if r.is_ok() && t.reserved_itt() {
         // libiscsi leaves the release of a PDU that expects no response to
         // the transport; a driver that still needs the task took its own
@@ -809,32 +920,35 @@ unsafe extern "C" fn cleanup_task_callback<T: TransportOps>(task: *mut bindings:
     // SAFETY: As in `init_task_callback`; the binding may be gone.
     let ep = unsafe { bound_ep::<T>((*task).conn) };
     // SAFETY: As in `init_task_callback`.
-    if let Some(t) = unsafe { Task::<T>::from_raw(task) } {
+    if let Some(mut t) = unsafe { Task::<T>::from_raw(task) } {
         T::cleanup_task(ep.as_deref(), &t);
-        // Whatever the driver did, the data is unmapped now (bug 6).
+        // Whatever the driver did, the data is unmapped now, before
+        // libiscsi hands the command back to the midlayer.
         t.unmap_data();
     }
 }
 
 /// # Safety
 ///
-/// Called by scsi_transport_iscsi only; `dst` is a socket address.
-unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
+/// Called by scsi_transport_iscsi only; `dst` points to at least a `struct
+/// sockaddr` (which the transport class checks the netlink request holds).
+pub(super) unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
     _shost: *mut bindings::Scsi_Host,
     dst: *mut bindings::sockaddr,
     _non_blocking: c_int,
 ) -> *mut bindings::iscsi_endpoint {
-    // SAFETY: `dst` is a socket address from netlink, at least a
-    // `sockaddr_storage` in size.
-    let addr = unsafe {
-        crate::rdma::conn::sockaddr_v4(&*dst.cast::<bindings::__kernel_sockaddr_storage>())
-    };
-    let Some(addr) = addr else {
+    // SAFETY: `dst` holds a `struct sockaddr` (function contract).
+    let Some(addr) = (unsafe { crate::sockaddr::from_raw(dst) }) else {
         pr_err!("ep_connect: only IPv4 portals are supported\n");
         return ERR_PTR(EAFNOSUPPORT);
     };
-    // SAFETY: Allocates an endpoint with room for one pointer.
-    let ep = unsafe { bindings::iscsi_create_endpoint(size_of::<*mut c_void>() as c_int) };
+    // SAFETY: A callback of `T`.
+    let Some(eps) = (unsafe { endpoints::<T>() }) else {
+        return ERR_PTR(ENODEV);
+    };
+    // The driver's object is in the table, not in the endpoint.
+    // SAFETY: Allocates an endpoint with no private data.
+    let ep = unsafe { bindings::iscsi_create_endpoint(0) };
     if ep.is_null() {
         return ERR_PTR(ENOMEM);
     }
@@ -848,12 +962,19 @@ unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
         unsafe { bindings::iscsi_destroy_endpoint(ep) };
         return ERR_PTR(ENODEV);
     }
-    match T::ep_connect(addr) {
-        Ok(e) => {
-            // SAFETY: The endpoint is new; dd_data holds one pointer.
-            unsafe { *(*ep).dd_data.cast::<*mut c_void>() = e.into_foreign() };
-            ep
+    let made = T::ep_connect(addr).and_then(|e| {
+        let mut t = eps.lock();
+        match t.push((ep as usize, e.clone()), GFP_KERNEL) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                drop(t);
+                T::ep_disconnect(e);
+                Err(ENOMEM)
+            }
         }
+    });
+    match made {
+        Ok(()) => ep,
         Err(err) => {
             // scsi_transport_iscsi holds its own module reference during the call.
             // SAFETY: The endpoint is new and unused; our reference is dropped.
@@ -875,15 +996,14 @@ fn ERR_PTR<T>(e: Error) -> *mut T {
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live endpoint.
-unsafe extern "C" fn ep_poll_callback<T: TransportOps>(
+pub(super) unsafe extern "C" fn ep_poll_callback<T: TransportOps>(
     ep: *mut bindings::iscsi_endpoint,
     timeout_ms: c_int,
 ) -> c_int {
-    // SAFETY: A live endpoint of this transport.
-    let Some(e) = (unsafe { ep_borrow::<T>(ep) }) else {
+    // SAFETY: A callback of `T`.
+    let Some(e) = (unsafe { ep_lookup::<T>(ep) }) else {
         return -1;
     };
-    let e: Arc<T::Ep> = e.into();
     match T::ep_poll(&e, timeout_ms.unsigned_abs()) {
         Ok(true) => 1,
         Ok(false) => 0,
@@ -893,22 +1013,38 @@ unsafe extern "C" fn ep_poll_callback<T: TransportOps>(
 
 /// # Safety
 ///
-/// Called by scsi_transport_iscsi only, with a live endpoint, once.
-unsafe extern "C" fn ep_disconnect_callback<T: TransportOps>(ep: *mut bindings::iscsi_endpoint) {
-    // SAFETY: The endpoint is live; its dd_data pointer is taken once.
-    let p = unsafe { core::ptr::replace((*ep).dd_data.cast::<*mut c_void>(), null_mut()) };
-    if !p.is_null() {
-        // SAFETY: `p` came from `into_foreign` in `ep_connect_callback`.
-        T::ep_disconnect(unsafe { Arc::<T::Ep>::from_foreign(p) });
-    }
-    // SAFETY: The endpoint is live and not used after this.
-    unsafe { bindings::iscsi_destroy_endpoint(ep) };
-    if !p.is_null() {
-        let tt = T::registry().tt.load(Ordering::Acquire);
-        if !tt.is_null() {
-            // SAFETY: Drops the reference `ep_connect_callback` took for this
-            // endpoint; scsi_transport_iscsi holds another during the call.
-            unsafe { bindings::module_put((*tt).owner) };
+/// Called by scsi_transport_iscsi only, with a live endpoint.
+pub(super) unsafe extern "C" fn ep_disconnect_callback<T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+) {
+    // SAFETY: A callback of `T`.
+    let Some(eps) = (unsafe { endpoints::<T>() }) else {
+        return;
+    };
+    let mine = {
+        let mut t = eps.lock();
+        match t.iter().position(|(p, _)| *p == ep as usize) {
+            Some(i) => t.remove(i).ok(),
+            None => None,
         }
+    };
+    let Some((_, e)) = mine else {
+        // Not made here (another transport's, or dropped already): not
+        // ours to destroy.
+        pr_err!(
+            "ep_disconnect: endpoint {:p} is not one of this transport's\n",
+            ep
+        );
+        return;
+    };
+    T::ep_disconnect(e);
+    // SAFETY: The endpoint is ours (it was in the table, taken out once)
+    // and not used after this.
+    unsafe { bindings::iscsi_destroy_endpoint(ep) };
+    let tt = T::registry().tt.load(Ordering::Acquire);
+    if !tt.is_null() {
+        // SAFETY: Drops the reference `ep_connect_callback` took for this
+        // endpoint; scsi_transport_iscsi holds another during the call.
+        unsafe { bindings::module_put((*tt).owner) };
     }
 }

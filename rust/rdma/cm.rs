@@ -7,12 +7,13 @@ use crate::bindings;
 use core::{
     net::SocketAddrV4,
     ptr::NonNull,
-    sync::atomic::{AtomicU8, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU8, Ordering},
 };
 use kernel::{
+    alloc::KBox,
     error::to_result,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, ArcBorrow},
     types::{ForeignOwnable, Opaque},
 };
 
@@ -82,43 +83,56 @@ impl CmEvent {
 
 /// Receives the events of a [`CmId`].
 pub(crate) trait CmHandler: Send + Sync + 'static {
-    /// Called by the CM, serialised per id, in process context. It must not
-    /// drop the [`CmId`] it is called for, except for
-    /// [`CmEvent::DeviceRemoval`]: a handler that drops its id then (with
-    /// everything made on it, such as the QP) gives the id to the CM, which
-    /// destroys it when the handler returns. That is how a connection lets
-    /// an RDMA device go without waiting for anyone else (iscsid) to act.
+    /// Called by the CM, serialised per id, in process context.
+    ///
+    /// The handler may drop the [`CmId`] the event is for (with everything
+    /// made on it, such as a QP): the id then goes to the CM, which
+    /// destroys it when the handler returns, as `rdma_destroy_id` may not
+    /// be called from the id's own handler. That is how a connection lets
+    /// an RDMA device go (on [`CmEvent::DeviceRemoval`]) without waiting
+    /// for anyone else, and how a failed connection attempt frees its id
+    /// at once.
     fn event(&self, id: &CmIdRef, event: CmEvent);
-
-    /// The handler's [`CmIdState`]: one per handler, as a handler serves
-    /// one id.
-    fn id_state(&self) -> &CmIdState;
 }
 
-/// Who destroys a [`CmId`]: `drop`, or the CM after a device-removal event
-/// whose handler dropped the id. Kept in the handler, where both the CM's
-/// callback and `drop` find it.
-pub(crate) struct CmIdState(AtomicU8);
-
-/// No device removal under way, nobody destroying the id.
-const ID_NORMAL: u8 = 0;
-/// The device-removal handler runs; a `drop` now leaves the id to the CM.
-const ID_IN_REMOVAL: u8 = 1;
-/// `drop` ran during the device-removal handler: the CM destroys the id.
+/// Nobody is running the id's handler or destroying the id.
+const ID_IDLE: u8 = 0;
+/// The id's handler runs, on the task recorded in [`IdCtx::runner`].
+const ID_IN_HANDLER: u8 = 1;
+/// The id was dropped by its own handler: the CM destroys it when the
+/// handler returns.
 const ID_GIVEN_TO_CM: u8 = 2;
-/// `drop` is destroying the id (or has).
+/// [`CmId`]'s `drop` is destroying the id (or has): no handler runs again.
 const ID_DESTROYING: u8 = 3;
 
-impl CmIdState {
-    /// A state for a handler whose id is not made yet.
-    pub(crate) const fn new() -> Self {
-        Self(AtomicU8::new(ID_NORMAL))
+/// What an id's CM `context` points to: one per id, so the state below
+/// belongs to the id whatever the handler does.
+///
+/// # Invariants
+///
+/// `handler` came from `Arc::<H>::into_foreign` and is released when this
+/// value is dropped (once the id is destroyed). `runner` is the task
+/// running the id's handler while `state` is [`ID_IN_HANDLER`], else null.
+struct IdCtx<H: CmHandler> {
+    handler: *mut c_void,
+    state: AtomicU8,
+    runner: AtomicPtr<bindings::task_struct>,
+    _h: core::marker::PhantomData<Arc<H>>,
+}
+
+impl<H: CmHandler> IdCtx<H> {
+    fn handler(&self) -> ArcBorrow<'_, H> {
+        // SAFETY: `handler` came from `into_foreign` and is released only
+        // when `self` is dropped (type invariant).
+        unsafe { Arc::<H>::borrow(self.handler) }
     }
 }
 
-impl Default for CmIdState {
-    fn default() -> Self {
-        Self::new()
+impl<H: CmHandler> Drop for IdCtx<H> {
+    fn drop(&mut self) {
+        // SAFETY: `handler` came from `into_foreign` (type invariant) and is
+        // released once, here.
+        drop(unsafe { Arc::<H>::from_foreign(self.handler) });
     }
 }
 
@@ -159,15 +173,18 @@ impl CmIdRef {
 ///
 /// # Invariants
 ///
-/// `id` was created by `rdma_create_id` with `context` from
-/// `Arc::<H>::into_foreign`, and is destroyed in `drop`, after which the
-/// `Arc` is released.
+/// `id` was created by `rdma_create_id` with `ctx` (from
+/// `KBox::<IdCtx<H>>::into_raw`) as its context. Dropping the value
+/// destroys the id and frees `ctx`, or, when the id's own handler drops
+/// it, leaves both to the CM callback, which returns non-zero so that the
+/// CM destroys the id.
 pub(crate) struct CmId<H: CmHandler> {
     id: NonNull<bindings::rdma_cm_id>,
-    _h: core::marker::PhantomData<Arc<H>>,
+    ctx: NonNull<IdCtx<H>>,
 }
 
-// SAFETY: The CM id may be used from any thread; the CM serialises its state.
+// SAFETY: The CM id may be used from any thread; the CM serialises its
+// state; the context is shared through atomics.
 unsafe impl<H: CmHandler> Send for CmId<H> {}
 // SAFETY: Methods taking `&self` call CM functions that lock internally.
 unsafe impl<H: CmHandler> Sync for CmId<H> {}
@@ -176,13 +193,23 @@ impl<H: CmHandler> CmId<H> {
     /// Creates an id in the initial network namespace whose events go to
     /// `handler`.
     pub(crate) fn new(handler: Arc<H>) -> Result<Self> {
-        let ctx = handler.into_foreign();
+        let ctx = KBox::new(
+            IdCtx::<H> {
+                handler: handler.into_foreign(),
+                state: AtomicU8::new(ID_IDLE),
+                runner: AtomicPtr::new(core::ptr::null_mut()),
+                _h: core::marker::PhantomData,
+            },
+            GFP_KERNEL,
+        )?;
+        let ctx = KBox::into_raw(ctx);
         // SAFETY: `event_callback` matches `rdma_cm_event_handler`; `ctx`
-        // stays valid until `drop` reclaims it after destroying the id.
+        // stays valid until the id is destroyed (see `drop` and
+        // `event_callback`).
         let id = unsafe {
             bindings::riser_rdma_create_id(
                 Some(Self::event_callback),
-                ctx,
+                ctx.cast(),
                 bindings::rdma_ucm_port_space_RDMA_PS_TCP as c_int,
                 bindings::ib_qp_type_IB_QPT_RC as c_int,
             )
@@ -191,12 +218,13 @@ impl<H: CmHandler> CmId<H> {
             // INVARIANT: the id was created with `ctx` as its context.
             Ok(id) => Ok(Self {
                 id,
-                _h: core::marker::PhantomData,
+                // SAFETY: `into_raw` never returns null.
+                ctx: unsafe { NonNull::new_unchecked(ctx) },
             }),
             Err(e) => {
-                // SAFETY: `ctx` came from `into_foreign` above and the CM did
+                // SAFETY: `ctx` came from `into_raw` above and the CM did
                 // not keep it.
-                drop(unsafe { Arc::<H>::from_foreign(ctx) });
+                drop(unsafe { KBox::from_raw(ctx) });
                 Err(e)
             }
         }
@@ -205,14 +233,7 @@ impl<H: CmHandler> CmId<H> {
     /// Starts resolving `dst` to a local RDMA device; the outcome arrives as
     /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`].
     pub(crate) fn resolve_addr(&self, dst: SocketAddrV4, timeout_ms: u32) -> Result {
-        let mut sin = bindings::sockaddr_in {
-            sin_family: bindings::AF_INET as bindings::__kernel_sa_family_t,
-            sin_port: dst.port().to_be(),
-            sin_addr: bindings::in_addr {
-                s_addr: u32::from_ne_bytes(dst.ip().octets()),
-            },
-            ..Default::default()
-        };
+        let mut sin = crate::sockaddr::sockaddr_in(dst);
         // Lossless: `c_ulong` is 64 bits wide on every architecture riser builds for.
         let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
         // SAFETY: The id is valid (type invariant); `sin` is a valid IPv4
@@ -244,11 +265,11 @@ impl<H: CmHandler> CmId<H> {
         self.id.as_ptr()
     }
 
-    /// The id's context pointer (the handler `Arc` the id owns).
+    /// The handler, as `Arc::<H>::into_foreign` made it: the context of
+    /// QPs made on the id. Valid until the id is destroyed.
     pub(crate) fn context(&self) -> *mut c_void {
-        // SAFETY: The id is valid (type invariant); its context was set at
-        // creation and never changed.
-        unsafe { (*self.id.as_ptr()).context }
+        // SAFETY: `ctx` is valid while `self` is (type invariant).
+        unsafe { self.ctx.as_ref() }.handler
     }
 
     /// The CM's event handler for ids made by [`CmId::new`].
@@ -256,108 +277,94 @@ impl<H: CmHandler> CmId<H> {
     /// # Safety
     ///
     /// Called by the CM only, with a live `id` whose context came from
-    /// [`CmId::new`] and a live `event`.
+    /// [`CmId::new`] and a live `event`, serialised with the id's other
+    /// events and with `rdma_destroy_id`.
     unsafe extern "C" fn event_callback(
         id: *mut bindings::rdma_cm_id,
         event: *mut bindings::rdma_cm_event,
     ) -> c_int {
-        // The id's context was set by `new` and stays valid until the id is
-        // destroyed: by `drop`, which waits for running callbacks to finish,
-        // or by the CM after this callback returns non-zero.
+        // The context stays valid until the id is destroyed: by `drop`,
+        // whose `rdma_destroy_id` waits for this callback, or by the CM
+        // after this callback returns non-zero.
         // SAFETY: The CM passes a live id and event (function contract).
         let (ctx, id, ev) = unsafe {
             (
-                (*id).context,
+                &*(*id).context.cast::<IdCtx<H>>(),
                 &*id.cast::<CmIdRef>(),
                 CmEvent::from_raw(&*event),
             )
         };
-        let given_to_cm = {
-            // SAFETY: `ctx` came from `into_foreign` in `new` and is
-            // released only below or by `drop`, neither of which has run.
-            let handler = unsafe { Arc::<H>::borrow(ctx) };
-            let state = &handler.id_state().0;
-            if ev == CmEvent::DeviceRemoval {
-                if state
-                    .compare_exchange(
-                        ID_NORMAL,
-                        ID_IN_REMOVAL,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-                {
-                    // `drop` is destroying the id and waits for this callback:
-                    // the handler must not be asked to drop it again.
-                    return 0;
-                }
-                handler.event(id, ev);
-                state
-                    .compare_exchange(
-                        ID_IN_REMOVAL,
-                        ID_NORMAL,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-            } else {
-                if state.load(Ordering::Acquire) == ID_DESTROYING {
-                    return 0;
-                }
-                handler.event(id, ev);
-                false
-            }
-        };
-        if !given_to_cm {
-            // Zero: the id stays alive; `drop` destroys it.
+        if ctx
+            .state
+            .compare_exchange(ID_IDLE, ID_IN_HANDLER, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // `drop` is destroying the id and waits for this callback: the
+            // handler is not called again.
             return 0;
         }
-        // The handler dropped its `CmId`, which left the id to the CM: no
-        // callback runs for it after this one.
-        // SAFETY: `ctx` came from `into_foreign` in `new`; `drop` did not
-        // reclaim it (it saw `ID_IN_REMOVAL`).
-        drop(unsafe { Arc::<H>::from_foreign(ctx) });
-        // Non-zero: the CM destroys the id.
-        1
+        ctx.runner
+            .store(kernel::task::Task::current_raw(), Ordering::Relaxed);
+        ctx.handler().event(id, ev);
+        ctx.runner.store(core::ptr::null_mut(), Ordering::Relaxed);
+        match ctx.state.compare_exchange(
+            ID_IN_HANDLER,
+            ID_IDLE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // The id lives on; `drop` destroys it. Or `drop` runs on another
+            // task and waits for this callback to return (`ID_DESTROYING`).
+            Ok(_) | Err(ID_DESTROYING) => 0,
+            // The handler dropped its `CmId`, which left the id to the CM:
+            // no callback runs for it after this one.
+            Err(_) => {
+                // SAFETY: `ctx` came from `into_raw` in `new`; `drop` left
+                // it (`ID_GIVEN_TO_CM`), and nothing uses it after this.
+                drop(unsafe { KBox::from_raw(core::ptr::from_ref(ctx).cast_mut()) });
+                // Non-zero: the CM destroys the id.
+                1
+            }
+        }
     }
 }
 
 impl<H: CmHandler> Drop for CmId<H> {
     fn drop(&mut self) {
-        // SAFETY: The id is valid (type invariant).
-        let ctx = unsafe { (*self.id.as_ptr()).context };
         {
-            // SAFETY: `ctx` came from `into_foreign` in `new`; it is only
-            // reclaimed below or by the callback after this drop.
-            let handler = unsafe { Arc::<H>::borrow(ctx) };
-            let state = &handler.id_state().0;
+            // SAFETY: `ctx` is valid until this drop frees it, or the
+            // callback does after this drop returned (type invariant).
+            let ctx = unsafe { self.ctx.as_ref() };
+            let me = kernel::task::Task::current_raw();
             loop {
-                let (from, to) = match state.load(Ordering::Acquire) {
-                    ID_IN_REMOVAL => (ID_IN_REMOVAL, ID_GIVEN_TO_CM),
-                    cur => (cur, ID_DESTROYING),
-                };
-                if state
-                    .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+                let cur = ctx.state.load(Ordering::Acquire);
+                // Dropped by the id's own handler, on the task running it:
+                // `rdma_destroy_id` would wait for this very handler.
+                let own = cur == ID_IN_HANDLER && ctx.runner.load(Ordering::Relaxed) == me;
+                let to = if own { ID_GIVEN_TO_CM } else { ID_DESTROYING };
+                if ctx
+                    .state
+                    .compare_exchange(cur, to, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
                 {
-                    // The device-removal callback started or ended meanwhile.
+                    // A handler started or ended meanwhile.
                     continue;
                 }
-                if to == ID_GIVEN_TO_CM {
-                    // Dropped by (or during) the device-removal handler: the
-                    // CM destroys the id and the callback releases the
-                    // context when the handler returns. Nothing here touches
-                    // the id again.
+                if own {
+                    // The callback frees the context and has the CM destroy
+                    // the id when the handler returns. Nothing here touches
+                    // either again.
                     return;
                 }
                 break;
             }
         }
         // SAFETY: The id is valid (type invariant); `rdma_destroy_id` waits
-        // for a running event callback, so none runs after it returns.
+        // for a running event callback, and none calls the handler after
+        // `ID_DESTROYING`.
         unsafe { bindings::rdma_destroy_id(self.id.as_ptr()) };
-        // SAFETY: `ctx` came from `into_foreign` in `new`; the id that used
-        // it is gone.
-        drop(unsafe { Arc::<H>::from_foreign(ctx) });
+        // SAFETY: `ctx` came from `into_raw` in `new`; the id that used it
+        // is gone.
+        drop(unsafe { KBox::from_raw(self.ctx.as_ptr()) });
     }
 }

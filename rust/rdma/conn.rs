@@ -18,7 +18,6 @@ use crate::{
     fault::{self, Site},
 };
 use core::{
-    net::{Ipv4Addr, SocketAddrV4},
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
 };
@@ -1183,19 +1182,4 @@ impl<H: CmHandler + QpHandler> Drop for Connection<H> {
             t.release();
         }
     }
-}
-
-/// An IPv4 socket address from a kernel `sockaddr_storage`.
-pub(crate) fn sockaddr_v4(ss: &bindings::__kernel_sockaddr_storage) -> Option<SocketAddrV4> {
-    // SAFETY: Every bit pattern is a valid `sockaddr_in`, no larger than the storage.
-    let sin: bindings::sockaddr_in =
-        unsafe { core::ptr::read(core::ptr::from_ref(ss).cast::<bindings::sockaddr_in>()) };
-    // CAST: AF_INET fits the family type.
-    if sin.sin_family != bindings::AF_INET as bindings::__kernel_sa_family_t {
-        return None;
-    }
-    Some(SocketAddrV4::new(
-        Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
-        u16::from_be(sin.sin_port),
-    ))
 }

@@ -299,7 +299,7 @@ impl Drop for Mr<'_> {
 #[kunit_tests(riser_rdma)]
 mod tests {
     use super::super::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef, CmIdState},
+        cm::{CmEvent, CmHandler, CmId, CmIdRef},
         Client, ClientDriver, Device,
     };
     use super::*;
@@ -309,7 +309,8 @@ mod tests {
     };
     use kernel::{
         alloc::KBox,
-        sync::{Arc, Completion},
+        new_mutex,
+        sync::{Arc, Completion, Mutex},
     };
 
     /// What the test client found on the devices it was given.
@@ -427,7 +428,6 @@ mod tests {
         seen: AtomicU32,
         status: AtomicI32,
         bound: AtomicU32,
-        id_state: CmIdState,
     }
 
     impl Waiter {
@@ -439,7 +439,6 @@ mod tests {
                     seen: AtomicU32::new(0),
                     status: AtomicI32::new(0),
                     bound: AtomicU32::new(0),
-                    id_state: CmIdState::new(),
                 }),
                 GFP_KERNEL,
             )
@@ -473,10 +472,6 @@ mod tests {
                 ROUTE_OK | ROUTE_ERR => self.route.complete_all(),
                 _ => {}
             }
-        }
-
-        fn id_state(&self) -> &CmIdState {
-            &self.id_state
         }
     }
 
@@ -521,6 +516,79 @@ mod tests {
         assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
         assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK | ROUTE_OK);
         drop(id);
+        Ok(())
+    }
+
+    /// Counts the [`SelfDropper`]s freed.
+    static SELF_DROPPERS_FREED: AtomicU32 = AtomicU32::new(0);
+
+    struct FreedFlag;
+
+    impl Drop for FreedFlag {
+        fn drop(&mut self) {
+            SELF_DROPPERS_FREED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A handler that drops its own id inside the id's first event.
+    #[pin_data]
+    struct SelfDropper {
+        #[pin]
+        id: Mutex<Option<CmId<SelfDropper>>>,
+        #[pin]
+        done: Completion,
+        _freed: FreedFlag,
+    }
+
+    impl CmHandler for SelfDropper {
+        fn event(&self, _id: &CmIdRef, _event: CmEvent) {
+            let id = self.id.lock().take();
+            // Inside the id's own handler: the id goes to the CM.
+            drop(id);
+            self.done.complete_all();
+        }
+    }
+
+    #[test]
+    fn a_handler_may_drop_its_own_id() -> Result {
+        SELF_DROPPERS_FREED.store(0, Ordering::Relaxed);
+        let h = Arc::pin_init(
+            pin_init!(SelfDropper {
+                id <- new_mutex!(None),
+                done <- Completion::new(),
+                _freed: FreedFlag,
+            }),
+            GFP_KERNEL,
+        )?;
+        // A device's address resolves; TEST-NET-1 (RFC 5737) fails: either
+        // way one event comes.
+        let dst = match local_rdma_ipv4()? {
+            Some(ip) => SocketAddrV4::new(ip, 3260),
+            None => SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 3260),
+        };
+        let started = {
+            let mut g = h.id.lock();
+            let id = g.insert(CmId::new(h.clone())?);
+            // The handler waits for this lock: it finds the id in place.
+            id.resolve_addr(dst, 500)
+        };
+        if started.is_err() {
+            drop(h.id.lock().take());
+            drop(h);
+            assert_eq!(SELF_DROPPERS_FREED.load(Ordering::Relaxed), 1);
+            return Ok(());
+        }
+        h.done.wait_for_completion();
+        drop(h);
+        // The CM destroys the id once the handler has returned; then the
+        // id's reference on the handler goes, the last one.
+        for _ in 0..500 {
+            if SELF_DROPPERS_FREED.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
+        }
+        assert_eq!(SELF_DROPPERS_FREED.load(Ordering::Relaxed), 1);
         Ok(())
     }
 

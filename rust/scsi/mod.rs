@@ -113,7 +113,7 @@ mod tests {
         };
         let t = KBox::pin_init(
             HostTemplate::new_iscsi(
-                kernel::module::this_module::<crate::driver::Riser>(),
+                kernel::module::this_module::<crate::LocalModule>(),
                 c"riser test",
                 c"iscsi_iser",
                 limits,
