@@ -154,8 +154,17 @@ pub(crate) trait ClientDriver: 'static {
     /// error means the client does not use this device.
     fn add(dev: &Device) -> Result<KBox<Self::Context>>;
 
-    /// The device is going away. Everything tied to it must be released
-    /// before this returns; `ctx` is dropped afterwards.
+    /// The device is being unregistered: called once for each device `add`
+    /// accepted, with the context it made, which is dropped right after.
+    ///
+    /// Nothing needs to be freed here for soundness: every object that
+    /// uses the device (a [`super::conn::DeviceRef`], and the PDs, CQs,
+    /// buffers and connections holding one) keeps it registered, and ib_core
+    /// waits for the last of them before the device goes. So a client must
+    /// drop them when the device goes away, here or on the RDMA CM's
+    /// device-removal event (the CM's own client is removed after riser's,
+    /// as clients go in the reverse order of registration), or the
+    /// unregistration waits.
     fn remove(dev: &Device, ctx: &Self::Context);
 }
 

@@ -3,7 +3,7 @@
 //! Verbs objects: protection domain, completion queue, queue pair, memory
 //! region. Each owns its C object and releases it when dropped.
 
-use super::Device;
+use super::{conn::DeviceRef, Device};
 use crate::bindings;
 use core::ptr::NonNull;
 use kernel::{error::from_err_ptr, prelude::*};
@@ -14,9 +14,10 @@ use kernel::{error::from_err_ptr, prelude::*};
 ///
 /// `ptr` points to a PD allocated by `ib_alloc_pd` and not yet deallocated.
 /// Objects made in this PD ([`Qp`], [`Mr`]) borrow it, so they are gone
-/// before it is dropped.
+/// before it is dropped. `_dev` keeps the device registered until then.
 pub(crate) struct Pd {
     ptr: NonNull<bindings::ib_pd>,
+    _dev: DeviceRef,
 }
 
 // SAFETY: A PD may be used and freed from any thread.
@@ -40,11 +41,15 @@ impl Pd {
     }
 
     fn with_flags(dev: &Device, flags: u32) -> Result<Self> {
+        // Taken first: a device being unregistered gets no new PD.
+        let dev_ref = DeviceRef::new(dev)?;
         // SAFETY: `dev` is a registered device (type invariant of `Device`).
         let p = from_err_ptr(unsafe { bindings::riser_ib_alloc_pd(dev.as_raw(), flags) })?;
-        // INVARIANT: `ib_alloc_pd` returned a valid PD.
+        // INVARIANT: `ib_alloc_pd` returned a valid PD; the device stays
+        // registered while `dev_ref` lives.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            _dev: dev_ref,
         })
     }
 
@@ -96,10 +101,12 @@ impl PollContext {
 /// # Invariants
 ///
 /// `ptr` was returned by `ib_cq_pool_get` for `nr_cqe` entries and is put
-/// back with the same count in `drop`.
+/// back with the same count in `drop`, while `_dev` keeps the device
+/// registered.
 pub(crate) struct Cq {
     ptr: NonNull<bindings::ib_cq>,
     nr_cqe: u32,
+    _dev: DeviceRef,
 }
 
 // SAFETY: A pool CQ may be used and released from any thread.
@@ -116,14 +123,17 @@ impl Cq {
         comp_vector_hint: i32,
         poll: PollContext,
     ) -> Result<Self> {
+        let dev_ref = DeviceRef::new(dev)?;
         // SAFETY: `dev` is a registered device (type invariant of `Device`).
         let p = from_err_ptr(unsafe {
             bindings::ib_cq_pool_get(dev.as_raw(), nr_cqe, comp_vector_hint, poll.raw())
         })?;
-        // INVARIANT: the pool returned a CQ with room for `nr_cqe` entries.
+        // INVARIANT: the pool returned a CQ with room for `nr_cqe` entries;
+        // the device stays registered while `dev_ref` lives.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
             nr_cqe,
+            _dev: dev_ref,
         })
     }
 
