@@ -16,6 +16,7 @@ use crate::{
         iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
         login,
         pdu::{RxPdu, TargetOpcode, HEADERS_LEN},
+        ratelimit,
         sizing::{self, ConnSizing, Params, DATAOUT_SLOTS_PER_CMD},
         tmf::{self, Scope, TmfRequest},
     },
@@ -69,7 +70,8 @@ const LOGIN_DATA: usize = 8192;
 /// What the initiator receives per PDU when its login declares nothing.
 const DEFAULT_RECV_DSL: u32 = 8192;
 /// Largest full-feature receive of a normal session: the declared
-/// InitiatorRecvDataSegmentLength up to this (ib_iser: 128 bytes, bug 11).
+/// InitiatorRecvDataSegmentLength up to this (ib_iser's hold 128 bytes,
+/// whatever iscsid declares, and a longer PDU drops its connection).
 const FF_RECV_CAP: u32 = 8192;
 /// Largest receive of a discovery session (SendTargets responses).
 const DISCOVERY_RECV_CAP: u32 = 262144;
@@ -153,8 +155,7 @@ impl TransportOps for Iser {
     }
 
     fn session_limits(ep: Option<&Arc<IserConn>>, cmds_max: u16) -> Result<SessionLimits> {
-        // The parameter is writable at run time: read it now (bug noted
-        // when the foundation landed).
+        // The parameter is writable at run time: read it now, not at load.
         let params = crate::params::current()?;
         let Some(ep) = ep else {
             // iscsid older than 2.0-870 passes no endpoint.
@@ -242,7 +243,7 @@ impl TransportOps for Iser {
         }
         // The initiator declares what it receives per PDU in the full
         // feature phase; riser declares no more than its receives hold, so
-        // every legal PDU fits (bug 11: ib_iser holds 128 bytes whatever
+        // every legal PDU fits (ib_iser's receives hold 128 bytes whatever
         // iscsid declares).
         let discovery = ep.discovery.load(Ordering::Relaxed) || login::is_discovery(data);
         if discovery {
@@ -253,34 +254,27 @@ impl TransportOps for Iser {
         } else {
             FF_RECV_CAP
         };
-        let mut rewrite = None;
-        let mut text = data;
         let mut out = KVec::from_elem(0u8, data.len(), GFP_KERNEL)?;
-        let mut key = "InitiatorRecvDataSegmentLength";
-        let mut n = login::clamp_key(data, key, cap, &mut out);
-        if n.is_none() {
-            key = "MaxRecvDataSegmentLength";
-            n = login::clamp_key(data, key, cap, &mut out);
-        }
-        if let Some(n) = n {
-            out.truncate(n);
-            pr_info!(
-                "declaring {}={} to the target (riser's receive size)\n",
-                key,
-                cap
-            );
-            let mut h = *hdr;
-            // iscsid may hand over padding beyond DataSegmentLength: the
-            // length shrinks by what the rewrite removed, no more.
-            let old = u32::from_be_bytes([0, h[5], h[6], h[7]]);
-            let removed = u32::try_from(data.len() - n)?;
-            let dsl = old.checked_sub(removed).ok_or(EINVAL)?.to_be_bytes();
-            h[5..8].copy_from_slice(&dsl[1..]);
-            rewrite = Some(PduRewrite { hdr: h, data: out });
-        }
-        if let Some(r) = &rewrite {
-            text = &r.data;
-        }
+        let rewrite = match login::declare_recv_limit(hdr, data, cap, &mut out) {
+            Ok(Some(r)) => {
+                out.truncate(r.len);
+                pr_info!(
+                    "declaring {}={} to the target (riser's receive size)\n",
+                    r.key,
+                    cap
+                );
+                Some(PduRewrite {
+                    hdr: r.bhs,
+                    data: out,
+                })
+            }
+            Ok(None) => None,
+            Err(e) => {
+                pr_err!("cannot rewrite a Login Request from iscsid: {:?}\n", e);
+                return Err(EINVAL);
+            }
+        };
+        let text = rewrite.as_ref().map_or(data, |r| &r.data[..]);
         // Declared in this request or an earlier one of the login; RFC 7143
         // and RFC 7145 default to 8 KiB.
         if let Some(v) = login::declared_recv_dsl(text) {
@@ -1527,7 +1521,7 @@ impl IserConn {
             // once can flush the target's Logout Response send, which LIO
             // mishandles (it warns, and has crashed on teardown, with
             // ib_iser too). Bounded, and only after a logout, so failover
-            // never waits on it (bug 8).
+            // never waits on the network here.
             let mut st = self.state.lock();
             if self.logged_out.load(Ordering::Acquire) && st.phase == Phase::Up {
                 let _ = self
@@ -1686,12 +1680,14 @@ impl IserConn {
 
     /// Counts an async message against [`ASYNC_PER_SEC`]; false past it.
     fn async_allowed(&self) -> bool {
-        let now = self.born.elapsed().as_millis();
-        if now - self.async_window.load(Ordering::Relaxed) >= 1000 {
-            self.async_window.store(now, Ordering::Relaxed);
-            self.async_count.store(0, Ordering::Relaxed);
-        }
-        self.async_count.fetch_add(1, Ordering::Relaxed) < ASYNC_PER_SEC
+        let w = ratelimit::Window {
+            start_ms: self.async_window.load(Ordering::Relaxed),
+            count: self.async_count.load(Ordering::Relaxed),
+        };
+        let (w, ok) = ratelimit::allow(w, self.born.elapsed().as_millis(), ASYNC_PER_SEC);
+        self.async_window.store(w.start_ms, Ordering::Relaxed);
+        self.async_count.store(w.count, Ordering::Relaxed);
+        ok
     }
 
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.

@@ -7,6 +7,8 @@
 
 #![forbid(unsafe_code)]
 
+use super::ProtoError;
+
 /// Login Request opcode (with the immediate bit).
 pub(crate) const OP_LOGIN_REQ: u8 = 0x03;
 /// Login Response opcode.
@@ -138,6 +140,51 @@ pub(crate) fn clamp_key(text: &[u8], key: &str, max: u32, out: &mut [u8]) -> Opt
         }
     }
     changed.then_some(len)
+}
+
+/// A Login Request rewritten by [`declare_recv_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvLimitRewrite {
+    /// The BHS, its DataSegmentLength shrunk by what the text lost.
+    pub(crate) bhs: [u8; 48],
+    /// The length of the rewritten text (at the start of `out`).
+    pub(crate) len: usize,
+    /// The key whose value was lowered.
+    pub(crate) key: &'static str,
+}
+
+/// Rewrites a Login Request so that the initiator declares it receives at
+/// most `cap` data bytes per PDU, as its receive buffers hold: the
+/// request's InitiatorRecvDataSegmentLength (iSER sessions) or, when that
+/// needs no change, its MaxRecvDataSegmentLength (discovery) is lowered to
+/// `cap`. The text goes to `out` (at least as long as `text`).
+///
+/// `Ok(None)` when the request needs no change. The BHS's
+/// DataSegmentLength shrinks by exactly the bytes the text lost (iscsid
+/// may pass padding beyond it, which stays as it was); a DataSegmentLength
+/// smaller than that is refused ([`ProtoError::DataLength`]).
+pub(crate) fn declare_recv_limit(
+    bhs: &[u8; 48],
+    text: &[u8],
+    cap: u32,
+    out: &mut [u8],
+) -> Result<Option<RecvLimitRewrite>, ProtoError> {
+    const KEYS: [&str; 2] = ["InitiatorRecvDataSegmentLength", "MaxRecvDataSegmentLength"];
+    let Some((key, len)) = KEYS
+        .iter()
+        .find_map(|&k| clamp_key(text, k, cap, out).map(|n| (k, n)))
+    else {
+        return Ok(None);
+    };
+    let old = u32::from_be_bytes([0, bhs[5], bhs[6], bhs[7]]);
+    let removed = u32::try_from(text.len() - len).map_err(|_| ProtoError::DataLength)?;
+    let dsl = old
+        .checked_sub(removed)
+        .ok_or(ProtoError::DataLength)?
+        .to_be_bytes();
+    let mut new = *bhs;
+    new[5..8].copy_from_slice(&dsl[1..]);
+    Ok(Some(RecvLimitRewrite { bhs: new, len, key }))
 }
 
 /// `v` in decimal, written at the end of `buf`.
@@ -312,6 +359,52 @@ mod tests {
     fn iser_key_wins_over_the_generic_one() {
         let t = b"MaxRecvDataSegmentLength=65536\0InitiatorRecvDataSegmentLength=4096\0";
         assert_eq!(declared_recv_dsl(t), Some(4096));
+    }
+
+    #[test]
+    fn a_login_request_declares_no_more_than_the_receives_hold() {
+        let text = b"InitiatorRecvDataSegmentLength=262144\0MaxRecvDataSegmentLength=262144\0";
+        let mut bhs = [0u8; 48];
+        bhs[0] = OP_LOGIN_REQ;
+        // DataSegmentLength 80: the 74 bytes of text and padding.
+        bhs[7] = 80;
+        let mut out = [0u8; 128];
+        let r = declare_recv_limit(&bhs, text, 8192, &mut out);
+        let Ok(Some(r)) = r else {
+            panic!("no rewrite: {:?}", r);
+        };
+        assert_eq!(r.key, "InitiatorRecvDataSegmentLength");
+        assert_eq!(r.len, text.len() - 2);
+        assert_eq!(
+            &out[..r.len],
+            &b"InitiatorRecvDataSegmentLength=8192\0MaxRecvDataSegmentLength=262144\0"[..]
+        );
+        assert_eq!(r.bhs[7], 78);
+        assert_eq!(r.bhs[..5], bhs[..5]);
+        assert_eq!(r.bhs[8..], bhs[8..]);
+        // Discovery declares MaxRecvDataSegmentLength only.
+        let d = b"SessionType=Discovery\0MaxRecvDataSegmentLength=1048576\0";
+        bhs[7] = 56;
+        let r = declare_recv_limit(&bhs, d, 262144, &mut out);
+        assert!(matches!(
+            r,
+            Ok(Some(RecvLimitRewrite {
+                key: "MaxRecvDataSegmentLength",
+                len: 54,
+                ..
+            }))
+        ));
+        // Within the limit: nothing to do.
+        assert_eq!(
+            declare_recv_limit(&bhs, b"MaxRecvDataSegmentLength=8192\0", 8192, &mut out),
+            Ok(None)
+        );
+        // A DataSegmentLength shorter than what the rewrite removes.
+        bhs[7] = 1;
+        assert_eq!(
+            declare_recv_limit(&bhs, text, 8192, &mut out),
+            Err(ProtoError::DataLength)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub(crate) mod iser;
 pub(crate) mod login;
 pub(crate) mod pdu;
+pub(crate) mod ratelimit;
 pub(crate) mod sizing;
 pub(crate) mod tmf;
 

@@ -2,7 +2,7 @@
 
 //! Fuzzes what riser reads and rewrites in login PDUs: the BHS stage fields
 //! and the `key=value` text (`key`, `number`, `declared_recv_dsl`,
-//! `is_discovery`, `decimal` and `clamp_key`).
+//! `is_discovery`, `decimal`, `clamp_key` and `declare_recv_limit`).
 //!
 //! Input: a 48-byte BHS, a key selector, a big-endian u32 `max`, an output
 //! length selector, then the text. Each function is checked against the
@@ -161,6 +161,34 @@ fn check_clamp(text: &[u8], k: &str, max: u32, out_len: usize) {
     }
 }
 
+/// `declare_recv_limit` lowers the first of the two keys that needs it,
+/// exactly as `clamp_key` does, and shrinks the BHS's DataSegmentLength by
+/// the bytes the text lost, touching no other BHS byte; it refuses only a
+/// DataSegmentLength smaller than that.
+fn check_recv_limit(bhs: &[u8; 48], text: &[u8], max: u32) {
+    let mut out = vec![0u8; text.len()];
+    let got = login::declare_recv_limit(bhs, text, max, &mut out);
+    let expected = [IRDSL, MRDSL].into_iter().find_map(|k| {
+        let mut o = vec![0u8; text.len()];
+        login::clamp_key(text, k, max, &mut o).map(|n| (k, n, o))
+    });
+    let dsl = |b: &[u8; 48]| u32::from_be_bytes([0, b[5], b[6], b[7]]);
+    match (got, expected) {
+        (Ok(None), None) => {}
+        (Ok(Some(r)), Some((k, n, o))) => {
+            assert_eq!((r.key, r.len), (k, n));
+            assert_eq!(&out[..n], &o[..n]);
+            assert_eq!(dsl(bhs) - dsl(&r.bhs), (text.len() - n) as u32);
+            assert_eq!(r.bhs[..5], bhs[..5]);
+            assert_eq!(r.bhs[8..], bhs[8..]);
+        }
+        (Err(_), Some((_, n, _))) => {
+            assert!(dsl(bhs) < (text.len() - n) as u32);
+        }
+        (g, e) => panic!("declare_recv_limit gave {g:?}, clamp_key {:?}", e.map(|e| e.0)),
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let bhs: [u8; 48] = input.bytes();
@@ -202,4 +230,5 @@ fuzz_target!(|data: &[u8]| {
         _ => text.len() + usize::from(sel - 192),
     };
     check_clamp(text, k, max, out_len);
+    check_recv_limit(&bhs, text, max);
 });
