@@ -391,13 +391,13 @@ mod tests {
         // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused;
         // the endpoint is dropped by its own transport.
         unsafe {
-            let ep = transport::ep_connect_callback::<TestTransport>(
+            let ep = transport::endpoint::ep_connect_callback::<TestTransport>(
                 core::ptr::null_mut(),
                 (&raw mut dst).cast(),
                 0,
             );
             let ep = kernel::error::from_err_ptr(ep)?;
-            transport::ep_disconnect_callback::<TestTransport>(ep);
+            transport::endpoint::ep_disconnect_callback::<TestTransport>(ep);
         }
         // Another transport of the same name: scsi_transport_iscsi refuses
         // it.
@@ -436,12 +436,12 @@ mod tests {
         // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused.
         let (my_ep, ep) = unsafe {
             (
-                transport::ep_connect_callback::<TestTransport>(
+                transport::endpoint::ep_connect_callback::<TestTransport>(
                     core::ptr::null_mut(),
                     (&raw mut dst).cast(),
                     0,
                 ),
-                transport::ep_connect_callback::<OtherTransport>(
+                transport::endpoint::ep_connect_callback::<OtherTransport>(
                     core::ptr::null_mut(),
                     (&raw mut dst).cast(),
                     0,
@@ -457,15 +457,15 @@ mod tests {
         // SAFETY: `ep` is a live endpoint; both transports are registered.
         let (poll_mine, poll_other) = unsafe {
             (
-                transport::ep_poll_callback::<TestTransport>(ep, 0),
-                transport::ep_poll_callback::<OtherTransport>(ep, 0),
+                transport::endpoint::ep_poll_callback::<TestTransport>(ep, 0),
+                transport::endpoint::ep_poll_callback::<OtherTransport>(ep, 0),
             )
         };
         assert_eq!((poll_mine, poll_other), (-1, 1));
         let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
         // SAFETY: As above; `page` is a page.
         let addr = unsafe {
-            transport::get_ep_param_callback::<TestTransport>(
+            transport::endpoint::get_ep_param_callback::<TestTransport>(
                 ep,
                 bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
                 page.as_mut_ptr().cast(),
@@ -475,11 +475,17 @@ mod tests {
         // The wrong transport leaves the endpoint alone; its own frees it.
         // SAFETY: As above; `ep` is not used after the second call.
         unsafe {
-            transport::ep_disconnect_callback::<TestTransport>(ep);
-            assert_eq!(transport::ep_poll_callback::<OtherTransport>(ep, 0), 1);
-            transport::ep_disconnect_callback::<OtherTransport>(ep);
-            assert_eq!(transport::ep_poll_callback::<TestTransport>(my_ep, 0), 1);
-            transport::ep_disconnect_callback::<TestTransport>(my_ep);
+            transport::endpoint::ep_disconnect_callback::<TestTransport>(ep);
+            assert_eq!(
+                transport::endpoint::ep_poll_callback::<OtherTransport>(ep, 0),
+                1
+            );
+            transport::endpoint::ep_disconnect_callback::<OtherTransport>(ep);
+            assert_eq!(
+                transport::endpoint::ep_poll_callback::<TestTransport>(my_ep, 0),
+                1
+            );
+            transport::endpoint::ep_disconnect_callback::<TestTransport>(my_ep);
         }
         drop(other);
         drop(mine);

@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A connection's binding to its endpoint, and the callbacks that bind,
+//! stop and destroy connections or reach them from netlink.
+
+use super::{
+    super::{task::BHS_LEN, Conn, ConnSlot, TransportOps},
+    *,
+};
+use crate::bindings;
+use core::{
+    ptr::null_mut,
+    sync::atomic::{AtomicPtr, Ordering},
+};
+use kernel::{
+    prelude::*,
+    sync::{rcu, Arc, ArcBorrow},
+    types::ForeignOwnable,
+};
+
+/// What a connection's `dd_data` holds: the endpoint bound to it, and the
+/// slot through which the endpoint reaches it.
+///
+/// # Invariants
+///
+/// `ep` is null or came from `Arc::<T::Ep>::into_foreign` at bind, and is
+/// taken back once at unbind; `slot` is null or the [`ConnSlot`] that bind
+/// set to this connection, which the endpoint in `ep` keeps alive.
+/// Written at bind and unbind only; a reader that libiscsi does not order
+/// before unbind (a netlink request may race with the connection's
+/// cleanup work) clones the endpoint inside an RCU read section, and
+/// unbind waits for a grace period before it drops the endpoint.
+pub(super) struct Binding {
+    ep: AtomicPtr<c_void>,
+    slot: AtomicPtr<ConnSlot>,
+}
+
+impl Binding {
+    /// No endpoint bound.
+    pub(super) const fn new() -> Self {
+        Self {
+            ep: AtomicPtr::new(null_mut()),
+            slot: AtomicPtr::new(null_mut()),
+        }
+    }
+}
+
+/// The binding in `conn`'s `dd_data`.
+///
+/// # Safety
+///
+/// `conn` must be a live connection made by `create_conn_callback`.
+pub(super) unsafe fn binding<'a>(conn: *mut bindings::iscsi_conn) -> &'a Binding {
+    // SAFETY: `create_conn_callback` made `dd_data` a `Binding`, alive with
+    // the connection.
+    unsafe { &*(*conn).dd_data.cast::<Binding>() }
+}
+
+/// The endpoint bound to `conn`, if any, borrowed.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of a session of transport `T`, and the
+/// caller a libiscsi callback that libiscsi runs before the connection is
+/// stopped or destroyed (init, xmit and cleanup of its tasks).
+pub(super) unsafe fn bound_ep<'a, T: TransportOps>(
+    conn: *mut bindings::iscsi_conn,
+) -> Option<ArcBorrow<'a, T::Ep>> {
+    // SAFETY: The connection is live (function contract).
+    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
+    // A non-null pointer came from `Arc::into_foreign` at bind; it is released
+    // at stop/destroy, which libiscsi orders after the caller.
+    // SAFETY: So it is a live foreign `Arc<T::Ep>` for the borrow.
+    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
+}
+
+/// The endpoint bound to `conn`, if any, cloned: for callers that may race
+/// with the connection's stop (netlink requests).
+///
+/// # Safety
+///
+/// `conn` must be a live connection of a session of transport `T`.
+pub(super) unsafe fn bound_ep_arc<T: TransportOps>(
+    conn: *mut bindings::iscsi_conn,
+) -> Option<Arc<T::Ep>> {
+    let _rcu = rcu::read_lock();
+    // SAFETY: The connection is live (function contract).
+    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
+    // A non-null pointer loaded in the read section stays a live foreign
+    // `Arc` until the section ends: unbind waits for a grace period before
+    // dropping it (invariant of `Binding`).
+    // SAFETY: Hence the borrow, cloned before the section ends.
+    (!p.is_null()).then(|| Arc::from(unsafe { Arc::<T::Ep>::borrow(p) }))
+}
+
+/// Clears the slot bind set to `conn`, if any: the endpoint no longer
+/// reaches the connection once this returns.
+///
+/// # Safety
+///
+/// `conn` must be a live connection made by `create_conn_callback`.
+pub(super) unsafe fn clear_slot(conn: *mut bindings::iscsi_conn) {
+    // SAFETY: The connection is live (function contract).
+    let b = unsafe { binding(conn) };
+    let slot = b.slot.swap(null_mut(), Ordering::AcqRel);
+    if !slot.is_null() {
+        // SAFETY: A non-null slot is the one bind set, kept alive by the
+        // endpoint still bound (invariant of `Binding`).
+        unsafe { &*slot }.clear(conn);
+    }
+}
+
+/// Releases the endpoint bound to `conn`, if any, clearing the slot first.
+///
+/// # Safety
+///
+/// `conn` must be a live connection of transport `T` whose libiscsi task
+/// callbacks have stopped (they borrow the binding without a grace period).
+pub(super) unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn) {
+    // SAFETY: The connection is live (function contract).
+    unsafe { clear_slot(conn) };
+    // SAFETY: As above.
+    let p = unsafe { binding(conn) }
+        .ep
+        .swap(null_mut(), Ordering::AcqRel);
+    if !p.is_null() {
+        // Readers that clone the endpoint in a read section are done.
+        rcu::synchronize_rcu();
+        // SAFETY: `p` came from `into_foreign` at bind and is released once.
+        drop(unsafe { Arc::<T::Ep>::from_foreign(p) });
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live session and connection.
+pub(super) unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
+    cls_session: *mut bindings::iscsi_cls_session,
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    handle: u64,
+    is_leading: c_int,
+) -> c_int {
+    // SAFETY: Both are live (function contract).
+    let r = unsafe { bindings::iscsi_conn_bind(cls_session, cls_conn, is_leading) };
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: The handle comes from userspace; the lookup checks it and
+    // takes a reference on the endpoint.
+    let ep = unsafe { bindings::iscsi_lookup_endpoint(handle) };
+    if ep.is_null() {
+        pr_err!("bind: no endpoint with handle {:#x}\n", handle);
+        return EINVAL.to_errno();
+    }
+    // SAFETY: A callback of `T`; the lookup's reference keeps `ep` alive.
+    let r = match unsafe { ep_lookup::<T>(ep) } {
+        Some(e) => {
+            // SAFETY: `cls_conn` is live and now bound to the session.
+            let conn = unsafe { conn_of(cls_conn) };
+            // SAFETY: As above.
+            let Some(c) = (unsafe { Conn::from_raw(conn) }) else {
+                // SAFETY: Releases the lookup's reference.
+                unsafe { bindings::iscsi_put_endpoint(ep) };
+                return EINVAL.to_errno();
+            };
+            match T::bind(&e, &c) {
+                Ok(()) => {
+                    // SAFETY: The connection is live; replace any earlier
+                    // binding (a rebind without stop) cleanly.
+                    unsafe { unbind_ep::<T>(conn) };
+                    let slot = T::conn_slot(&e);
+                    slot.set(conn);
+                    // SAFETY: The connection is live.
+                    let b = unsafe { binding(conn) };
+                    // INVARIANT: the slot lives as long as the endpoint,
+                    // held below until unbind.
+                    b.slot
+                        .store(core::ptr::from_ref(slot).cast_mut(), Ordering::Release);
+                    b.ep.store(e.into_foreign(), Ordering::Release);
+                    0
+                }
+                Err(err) => err.to_errno(),
+            }
+        }
+        None => EINVAL.to_errno(),
+    };
+    // SAFETY: Releases the lookup's reference.
+    unsafe { bindings::iscsi_put_endpoint(ep) };
+    r
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection.
+pub(super) unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    flag: c_int,
+) {
+    // SAFETY: The connection is live.
+    let conn = unsafe { conn_of(cls_conn) };
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
+        // The driver stops its completions and CM paths first.
+        T::stop(&ep);
+    }
+    // The endpoint no longer reaches a connection being stopped.
+    // SAFETY: As above.
+    unsafe { clear_slot(conn) };
+    // SAFETY: The connection is live; libiscsi fails its tasks, calling
+    // `cleanup_task` with the endpoint still bound.
+    unsafe { bindings::iscsi_conn_stop(cls_conn, flag) };
+    // SAFETY: Nothing reads the binding any more.
+    unsafe { unbind_ep::<T>(conn) };
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live, stopped connection.
+pub(super) unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+) {
+    // SAFETY: The connection is live.
+    let conn = unsafe { conn_of(cls_conn) };
+    // iscsid may destroy a bound connection it never stopped: stop riser's
+    // paths that reach it first.
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
+        T::stop(&ep);
+    }
+    // SAFETY: The connection is live; nothing of riser reads the binding
+    // any more.
+    unsafe { unbind_ep::<T>(conn) };
+    // SAFETY: A live connection has a live session, made by `create_session`.
+    let refs = unsafe { task_refs::<T>((*conn).session) };
+    if refs > 0 {
+        // Dropping those references reaches the connection: leak it rather
+        // than free it under them (a driver bug; said loudly).
+        pr_err!(
+            "connection destroyed with {} task references held by the transport: leaking it\n",
+            refs
+        );
+        return;
+    }
+    // SAFETY: The connection is live and nothing of riser uses it any more.
+    unsafe { bindings::iscsi_conn_teardown(cls_conn) };
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection and a
+/// NUL-terminated `buf` of `buflen` bytes.
+pub(super) unsafe extern "C" fn set_param_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    param: bindings::iscsi_param,
+    buf: *mut c_char,
+    buflen: c_int,
+) -> c_int {
+    let must_be_off = matches!(
+        param,
+        bindings::iscsi_param_ISCSI_PARAM_HDRDGST_EN
+            | bindings::iscsi_param_ISCSI_PARAM_DATADGST_EN
+            | bindings::iscsi_param_ISCSI_PARAM_IFMARKER_EN
+            | bindings::iscsi_param_ISCSI_PARAM_OFMARKER_EN
+    );
+    if must_be_off {
+        // SAFETY: `buf` is a NUL-terminated string (function contract).
+        let v = unsafe { CStr::from_char_ptr(buf) };
+        let on = v.to_bytes().first().is_some_and(|&c| c != b'0');
+        if on {
+            pr_err!(
+                "iSER forbids digests and markers, but parameter {} was negotiated on ({})\n",
+                param,
+                v.to_str().unwrap_or("?")
+            );
+            return EPROTO.to_errno();
+        }
+        return 0;
+    }
+    if param == bindings::iscsi_param_ISCSI_PARAM_MAX_RECV_DLENGTH {
+        // What the connection receives is the transport's to say.
+        // SAFETY: The connection is live (contract).
+        let ep = unsafe { bound_ep_arc::<T>(conn_of(cls_conn)) };
+        // SAFETY: `buf` is a NUL-terminated string (contract).
+        let asked = unsafe { CStr::from_char_ptr(buf) }
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if let (Some(have), Some(asked)) = (ep.and_then(|e| T::max_recv_dlength(&e)), asked) {
+            if asked > have {
+                let mut s = [0u8; 12];
+                let n = fmt_u32(have, &mut s);
+                // SAFETY: `s` is a NUL-terminated decimal number.
+                return unsafe {
+                    bindings::iscsi_set_param(cls_conn, param, s.as_mut_ptr().cast(), n as c_int)
+                };
+            }
+        }
+    }
+    // SAFETY: Forwarded unchanged (function contract).
+    unsafe { bindings::iscsi_set_param(cls_conn, param, buf, buflen) }
+}
+
+/// Writes `v` in decimal and a NUL into `out`; the length without the NUL.
+pub(super) fn fmt_u32(v: u32, out: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 10];
+    let d = crate::proto::login::decimal(v, &mut digits);
+    out[..d.len()].copy_from_slice(d);
+    out[d.len()] = 0;
+    d.len()
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection, a BHS and
+/// `data_size` bytes at `data`.
+pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    hdr: *mut bindings::iscsi_hdr,
+    data: *mut c_char,
+    data_size: u32,
+) -> c_int {
+    // SAFETY: The connection is live (contract).
+    let conn = unsafe { conn_of(cls_conn) };
+    let mut rewrite = None;
+    // SAFETY: As above.
+    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
+        // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
+        let (h, d) = unsafe {
+            (
+                core::ptr::read(hdr.cast::<[u8; BHS_LEN]>()),
+                if data.is_null() || data_size == 0 {
+                    &[][..]
+                } else {
+                    core::slice::from_raw_parts(data.cast::<u8>(), data_size as usize)
+                },
+            )
+        };
+        match T::send_pdu_hook(&ep, &h, d) {
+            Ok(r) => rewrite = r,
+            Err(e) => return e.to_errno(),
+        }
+    }
+    match rewrite {
+        Some(mut r) => {
+            let mut h = bindings::iscsi_hdr::default();
+            // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
+            unsafe {
+                core::ptr::copy_nonoverlapping(r.hdr.as_ptr(), (&raw mut h).cast::<u8>(), BHS_LEN)
+            };
+            let Ok(len) = u32::try_from(r.data.len()) else {
+                return EINVAL.to_errno();
+            };
+            // SAFETY: The connection is live; libiscsi copies the header and
+            // `len` bytes of data before returning.
+            unsafe {
+                bindings::iscsi_conn_send_pdu(cls_conn, &mut h, r.data.as_mut_ptr().cast(), len)
+            }
+        }
+        // SAFETY: Forwarded unchanged (contract).
+        None => unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) },
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live connection.
+pub(super) unsafe extern "C" fn get_stats_callback<T: TransportOps>(
+    cls_conn: *mut bindings::iscsi_cls_conn,
+    stats: *mut bindings::iscsi_stats,
+) {
+    // SAFETY: The connection is live (contract).
+    let conn = unsafe { conn_of(cls_conn) };
+    // SAFETY: As above.
+    let octets = unsafe { bound_ep_arc::<T>(conn) }.map(|ep| T::data_octets(&ep));
+    // SAFETY: Both are live (contract); the counters are plain reads.
+    unsafe {
+        let c = &*conn;
+        let s = &mut *stats;
+        (s.txdata_octets, s.rxdata_octets) = octets.unwrap_or((c.txdata_octets, c.rxdata_octets));
+        s.scsicmd_pdus = c.scsicmd_pdus_cnt;
+        s.dataout_pdus = c.dataout_pdus_cnt;
+        s.scsirsp_pdus = c.scsirsp_pdus_cnt;
+        s.datain_pdus = c.datain_pdus_cnt;
+        s.r2t_pdus = c.r2t_pdus_cnt;
+        s.tmfcmd_pdus = c.tmfcmd_pdus_cnt;
+        s.tmfrsp_pdus = c.tmfrsp_pdus_cnt.unsigned_abs();
+        s.custom_length = 0;
+    }
+}

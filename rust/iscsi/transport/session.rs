@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Sessions (each with its SCSI host and its task slots) and connections
+//! as libiscsi makes and frees them.
+
+use super::{
+    super::{task::TaskSlot, TransportOps},
+    *,
+};
+use crate::bindings;
+use core::{
+    ptr::{null_mut, NonNull},
+    sync::atomic::Ordering,
+};
+use kernel::{error::to_result, prelude::*, sync::Arc};
+
+/// The `iscsi_session` of a class session.
+///
+/// # Safety
+///
+/// `cls` must be a live session made by libiscsi.
+pub(super) unsafe fn session_of(
+    cls: *mut bindings::iscsi_cls_session,
+) -> *mut bindings::iscsi_session {
+    // SAFETY: libiscsi's class sessions carry the `iscsi_session` as dd_data.
+    unsafe { (*cls).dd_data.cast() }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with `ep` null or a live endpoint.
+pub(super) unsafe extern "C" fn create_session_callback<T: TransportOps>(
+    ep: *mut bindings::iscsi_endpoint,
+    cmds_max: u16,
+    qdepth: u16,
+    initial_cmdsn: u32,
+) -> *mut bindings::iscsi_cls_session {
+    let ep = if ep.is_null() {
+        None
+    } else {
+        // SAFETY: A callback of `T`.
+        match unsafe { ep_lookup::<T>(ep) } {
+            Some(e) => Some(e),
+            None => return null_mut(),
+        }
+    };
+    match create_session::<T>(ep.as_ref(), cmds_max, qdepth, initial_cmdsn) {
+        Ok(s) => s.as_ptr(),
+        Err(e) => {
+            pr_err!("cannot create a session: {:?}\n", e);
+            null_mut()
+        }
+    }
+}
+
+pub(super) fn create_session<T: TransportOps>(
+    ep: Option<&Arc<T::Ep>>,
+    cmds_max: u16,
+    qdepth: u16,
+    initial_cmdsn: u32,
+) -> Result<NonNull<bindings::iscsi_cls_session>> {
+    let reg = T::registry();
+    let (sht, tt, scsi) = (
+        reg.sht.load(Ordering::Acquire),
+        reg.tt.load(Ordering::Acquire),
+        reg.scsi.load(Ordering::Acquire),
+    );
+    if sht.is_null() || tt.is_null() || scsi.is_null() {
+        return Err(ENODEV);
+    }
+    let lim = T::session_limits(ep, cmds_max)?;
+    let dev = ep.and_then(|e| T::ep_device(e));
+    // SAFETY: `sht` is the registered transport's live host template
+    // (invariant of `Registry`); no transmit workqueue (atomic xmit).
+    let shost = unsafe { bindings::iscsi_host_alloc(sht, 0, false) };
+    let shost = NonNull::new(shost).ok_or(ENOMEM)?;
+    let sh = shost.as_ptr();
+    // SAFETY: `sh` is a new host, not yet added, owned here.
+    unsafe {
+        (*sh).transportt = scsi;
+        (*sh).cmd_per_lun = i16::try_from(qdepth).unwrap_or(i16::MAX);
+        (*sh).max_lun = u64::from(lim.max_lun);
+        (*sh).max_id = 0;
+        (*sh).max_channel = 0;
+        (*sh).max_cmd_len = 16;
+        (*sh).can_queue = c_int::from(lim.can_queue);
+        (*sh).sg_tablesize = lim.sg_tablesize;
+        (*sh).max_sectors = lim.max_sectors;
+        if lim.virt_boundary_4k {
+            (*sh).virt_boundary_mask = 4096 - 1;
+        }
+    }
+    let parent = match &dev {
+        // SAFETY: The device is referenced by `dev`; its embedded `struct
+        // device`'s parent is set at registration.
+        Some(d) => unsafe { (*d.device().as_raw()).__bindgen_anon_1.dev.as_ref().parent },
+        None => null_mut(),
+    };
+    // SAFETY: `sh` is a valid new host; `parent` is null or a live device.
+    if let Err(e) = to_result(unsafe { bindings::iscsi_host_add(sh, parent) }) {
+        // SAFETY: The host was allocated above and not added.
+        unsafe { bindings::iscsi_host_free(sh) };
+        return Err(e);
+    }
+    let slot_size = c_int::try_from(size_of::<TaskSlot>())?;
+    // SAFETY: `tt` is the registered transport; `sh` an added host.
+    let cls = unsafe {
+        bindings::iscsi_session_setup(tt, sh, lim.can_queue, 0, slot_size, initial_cmdsn, 0)
+    };
+    let Some(cls) = NonNull::new(cls) else {
+        // SAFETY: The host was added above and has no session.
+        unsafe {
+            bindings::iscsi_host_remove(sh, false);
+            bindings::iscsi_host_free(sh);
+        }
+        return Err(ENOMEM);
+    };
+    // SAFETY: The session was just set up: `cmds` holds `cmds_max` tasks
+    // whose `dd_data` areas are `slot_size` bytes, not yet used.
+    unsafe {
+        let s = session_of(cls.as_ptr());
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            let slot = (*task).dd_data.cast::<TaskSlot>();
+            slot.write(TaskSlot::new());
+        }
+    }
+    Ok(cls)
+}
+
+/// How many [`super::TaskRef`]s are alive on the tasks of `s`.
+///
+/// # Safety
+///
+/// `s` must be a live session made by `create_session::<T>`.
+pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session) -> u32 {
+    let mut n = 0u32;
+    // SAFETY: The session is live; `create_session` initialised a slot in
+    // every task's dd_data.
+    unsafe {
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            let slot = (*task).dd_data.cast::<TaskSlot>();
+            n = n.saturating_add((*slot).refs.load(Ordering::Acquire));
+        }
+    }
+    n
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a session made by
+/// `create_session_callback::<T>`.
+pub(super) unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
+    cls: *mut bindings::iscsi_cls_session,
+) {
+    // SAFETY: The session is live and made by `create_session`.
+    let refs = unsafe { task_refs::<T>(session_of(cls)) };
+    if refs > 0 {
+        // A driver bug: freeing the tasks would leave those references
+        // dangling. Leaking the session is the safe way out.
+        pr_err!(
+            "session destroyed with {} task references held by the transport: leaking it\n",
+            refs
+        );
+        return;
+    }
+    // SAFETY: The session is live and was made by `create_session`, which
+    // initialised every task slot; libiscsi uses no task any more.
+    unsafe {
+        let sh = bindings::riser_iscsi_session_to_shost(cls);
+        let s = session_of(cls);
+        for i in 0..(*s).cmds_max.unsigned_abs() {
+            let task = *(*s).cmds.add(i as usize);
+            // Emptied, not dropped in place: a slot stays valid for
+            // anything that still looks at it before the pool is freed.
+            TaskSlot::take_contents((*task).dd_data.cast::<TaskSlot>());
+        }
+        bindings::iscsi_session_teardown(cls);
+        bindings::iscsi_host_remove(sh, false);
+        bindings::iscsi_host_free(sh);
+    }
+}
+
+/// # Safety
+///
+/// Called by scsi_transport_iscsi only, with a live session.
+pub(super) unsafe extern "C" fn create_conn_callback<T: TransportOps>(
+    cls: *mut bindings::iscsi_cls_session,
+    cid: u32,
+) -> *mut bindings::iscsi_cls_conn {
+    // CAST: a few pointers.
+    let size = size_of::<Binding>() as c_int;
+    // SAFETY: The session is live; the connection's dd_data is `size` bytes.
+    let cls_conn = unsafe { bindings::iscsi_conn_setup(cls, size, cid) };
+    if !cls_conn.is_null() {
+        // SAFETY: The connection is new; its dd_data is ours, `size` bytes.
+        unsafe {
+            (*conn_of(cls_conn))
+                .dd_data
+                .cast::<Binding>()
+                .write(Binding::new())
+        };
+    }
+    cls_conn
+}
+
+/// The `iscsi_conn` of a class connection.
+///
+/// # Safety
+///
+/// `cls` must be a live connection made by libiscsi.
+pub(super) unsafe fn conn_of(cls: *mut bindings::iscsi_cls_conn) -> *mut bindings::iscsi_conn {
+    // SAFETY: libiscsi's class connections carry the `iscsi_conn` as dd_data.
+    unsafe { (*cls).dd_data.cast() }
+}
