@@ -102,9 +102,17 @@ impl DmaDir {
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///
-/// The CPU reads and writes it with [`DmaBuf::write`] and [`DmaBuf::read`];
-/// the driver uses each buffer from one context at a time (a buffer belongs
-/// to one posted work request, or to one task being built).
+/// The CPU reaches the buffer's memory only through [`DmaBuf::write`] and
+/// [`DmaBuf::read`], which copy into and out of it with volatile accesses,
+/// and no reference into that memory is ever handed out. Any use from
+/// safe code is therefore sound: two CPUs writing one buffer, or one
+/// writing while another reads (or while the device does), race only on
+/// marked accesses, which the kernel memory model defines (as
+/// `WRITE_ONCE`/`READ_ONCE`): the bytes seen may be a mix, nothing worse.
+/// Whether the bytes make sense (one writer at a time, no write while a
+/// posted work request still reads the buffer) is the driver's concern,
+/// which it meets by giving each buffer to one work request or task at a
+/// time.
 ///
 /// # Invariants
 ///
@@ -120,8 +128,10 @@ pub(crate) struct DmaBuf {
 
 // SAFETY: The buffer is plain memory owned by the value.
 unsafe impl Send for DmaBuf {}
-// SAFETY: See the type's documentation: concurrent CPU use of one buffer is
-// excluded by the driver's ownership of buffers per work request.
+// SAFETY: Shared references reach the buffer's memory only with volatile
+// copies (`write`, `read`), never through a Rust reference, so concurrent
+// use from several CPUs has no data race (see the type's documentation);
+// the other fields are not written after construction.
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
@@ -183,10 +193,12 @@ impl DmaBuf {
         if end > self.len {
             return Err(EINVAL);
         }
-        // SAFETY: `off..end` is inside the allocation (checked); the driver
-        // does not let the device read this buffer while it is written.
+        // SAFETY: `off..end` is inside the allocation (checked), which is
+        // only ever accessed with volatile copies; `src` is a distinct
+        // borrow, so the ranges do not overlap. The range is mapped at
+        // `addr + off`.
         unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
+            copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
             bindings::riser_ib_dma_sync_for_device(
                 self.dev.raw(),
                 self.addr + off as u64,
@@ -211,23 +223,90 @@ impl DmaBuf {
         };
     }
 
-    /// Makes the first `len` bytes the device wrote visible to the CPU and
-    /// hands them to `f`.
-    pub(crate) fn read<R>(&self, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if len > self.len {
+    /// Makes `dst.len()` bytes at `off`, as the device wrote them, visible
+    /// to the CPU and copies them into `dst`. Only those bytes are synced
+    /// and copied.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> Result {
+        let end = off.checked_add(dst.len()).ok_or(EINVAL)?;
+        if end > self.len {
             return Err(EINVAL);
         }
-        // The driver reads a receive buffer between its completion and its
-        // next post (a full-feature buffer is reposted after `f` returns; the
-        // login buffer only with the next login request, which iscsid sends
-        // after this PDU was handed on), so the device does not write it
-        // during the borrow.
-        // SAFETY: `0..len` is inside the allocation, mapped at `addr`.
-        let bytes = unsafe {
-            bindings::riser_ib_dma_sync_for_cpu(self.dev.raw(), self.addr, len, self.dir.raw());
-            core::slice::from_raw_parts(self.ptr.as_ptr(), len)
-        };
-        Ok(f(bytes))
+        // SAFETY: `off..end` is inside the allocation (checked) and mapped
+        // at `addr + off`; the allocation is only ever accessed with
+        // volatile copies, and `dst` is a distinct, exclusive borrow.
+        unsafe {
+            bindings::riser_ib_dma_sync_for_cpu(
+                self.dev.raw(),
+                self.addr + off as u64,
+                dst.len(),
+                self.dir.raw(),
+            );
+            copy_from_volatile(dst.as_mut_ptr(), self.ptr.as_ptr().add(off), dst.len());
+        }
+        Ok(())
+    }
+}
+
+/// The word the volatile copies move at a time.
+const WORD: usize = core::mem::size_of::<usize>();
+
+/// Copies `len` bytes from `src` to `dst`, storing into `dst` only with
+/// volatile writes (bytes up to `dst`'s first word boundary, then aligned
+/// words, then bytes), so that a racing access to `dst` from another CPU,
+/// itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `dst`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - dst.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: Every offset is below `len`: `head + words * WORD <= len`.
+    // Word stores are at `dst`'s word-aligned addresses; the word loads
+    // from `src` may be unaligned and are done as such.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_unaligned();
+            dst.add(i).cast::<usize>().write_volatile(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, loading from `src` only with
+/// volatile reads (as [`copy_to_volatile`] stores), so that a racing
+/// access to `src` from another CPU, itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `src`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+unsafe fn copy_from_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - src.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: As in `copy_to_volatile`, with the aligned, volatile side
+    // being `src` and the unaligned stores going to `dst`.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_volatile();
+            dst.add(i).cast::<usize>().write_unaligned(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
     }
 }
 
