@@ -1061,13 +1061,13 @@ impl Res {
                     uses_mr = true;
                     self.conn.map_mr(idx, sg)?
                 };
-                if r.len < len {
+                if r.len() < len {
                     return Err(EINVAL);
                 }
                 if dir == Direction::Read {
                     iser.read = Some(StagVa {
-                        stag: r.rkey,
-                        va: r.iova,
+                        stag: r.rkey(),
+                        va: r.iova(),
                     });
                 } else {
                     // Immediate data plus unsolicited Data-Outs: the target
@@ -1075,8 +1075,8 @@ impl Res {
                     let unsol = task.imm_count().saturating_add(task.unsol_len()).min(len);
                     if unsol < len {
                         iser.write = Some(StagVa {
-                            stag: r.rkey,
-                            va: r.iova + u64::from(unsol),
+                            stag: r.rkey(),
+                            va: r.iova() + u64::from(unsol),
                         });
                     }
                 }
@@ -1112,7 +1112,7 @@ impl Res {
         }
         let one;
         let two;
-        let sges: &[Sge] = if inline {
+        let sges: &[Sge<'_>] = if inline {
             &[]
         } else {
             hdr_buf.write(0, &hdrs)?;
@@ -1302,7 +1302,7 @@ impl Res {
     fn send_dataouts(
         &self,
         task: &Task<'_, Iser>,
-        r: &Registration,
+        r: &Registration<'_>,
         reserved: u32,
     ) -> Option<&'static str> {
         let idx = task.index() as usize;

@@ -18,6 +18,7 @@ use crate::{
     fault::{self, Site},
 };
 use core::{
+    marker::PhantomData,
     net::{Ipv4Addr, SocketAddrV4},
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
@@ -174,7 +175,9 @@ impl DmaBuf {
 
     /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
     /// DMA lkey; `EINVAL` if the range is not inside the buffer.
-    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge> {
+    /// The entry borrows the buffer; a SEND naming it must keep it (see
+    /// [`SendOp::Send`]).
+    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge<'_>> {
         let end = off.checked_add(len).ok_or(EINVAL)?;
         if end > self.len {
             return Err(EINVAL);
@@ -183,6 +186,8 @@ impl DmaBuf {
             addr: self.addr + off as u64,
             length: u32::try_from(len)?,
             lkey: pd.local_dma_lkey(),
+            buf: Some(self),
+            _mem: PhantomData,
         })
     }
 
@@ -389,13 +394,14 @@ impl DmaSg {
     /// local DMA lkey and its global rkey, at the segment's DMA address
     /// (ib_iser's `always_register=0`). `None` for several segments or a PD
     /// without a global rkey.
-    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration> {
+    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration<'_>> {
         let (addr, len) = self.single()?;
         Some(Registration {
             rkey: pd.global_rkey()?,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            _sg: PhantomData,
         })
     }
 
@@ -404,13 +410,14 @@ impl DmaSg {
     /// that nothing is offered to the peer. For data the local side sends
     /// itself (a write's immediate data), which needs no registration.
     /// `None` for several segments.
-    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration> {
+    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration<'_>> {
         let (addr, len) = self.single()?;
         Some(Registration {
             rkey: 0,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            _sg: PhantomData,
         })
     }
 
@@ -443,16 +450,24 @@ impl Drop for DmaSg {
     }
 }
 
-/// One scatter/gather entry of a work request; made only from memory riser
-/// mapped or registered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sge {
+/// One scatter/gather entry of a work request, made only from memory riser
+/// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
+/// cannot outlive the [`DmaBuf`] or the [`Registration`] (and through it
+/// the [`DmaSg`]) that it names, so no work request is posted naming memory
+/// already freed or unmapped. Its fields are private: an entry cannot be
+/// made up or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Sge<'a> {
     addr: u64,
     length: u32,
     lkey: u32,
+    /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
+    /// naming it must hold it until its completion.
+    buf: Option<&'a DmaBuf>,
+    _mem: PhantomData<&'a ()>,
 }
 
-impl Sge {
+impl Sge<'_> {
     fn raw(self) -> bindings::ib_sge {
         bindings::ib_sge {
             addr: self.addr,
@@ -462,22 +477,40 @@ impl Sge {
     }
 }
 
-/// What a registration advertises to the peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Registration {
-    /// The remote key (STag).
-    pub(crate) rkey: u32,
-    /// The virtual address the peer uses.
-    pub(crate) iova: u64,
-    /// The registered length.
-    pub(crate) len: u32,
-    /// The local key, to use the region in local work requests.
-    pub(crate) lkey: u32,
+/// A mapping of a [`DmaSg`] as a work request or the peer names it: what
+/// a registration advertises to the peer, and the local key for local work
+/// requests. It borrows the mapping it describes, so neither it nor the
+/// entries made from it ([`Registration::sge`]) outlive the unmapping. Its
+/// fields are private: a registration cannot be made up, or changed to
+/// name other memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Registration<'a> {
+    rkey: u32,
+    iova: u64,
+    len: u32,
+    lkey: u32,
+    _sg: PhantomData<&'a DmaSg>,
 }
 
-impl Registration {
-    /// `len` bytes at `off` of the registered region as a local entry.
-    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge> {
+impl<'a> Registration<'a> {
+    /// The remote key (STag) the peer is given.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The virtual address the peer uses.
+    pub(crate) fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The registered length.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// `len` bytes at `off` of the registered region as a local entry,
+    /// borrowing what the registration borrows.
+    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge<'a>> {
         if off.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(EINVAL);
         }
@@ -485,6 +518,8 @@ impl Registration {
             addr: self.iova + u64::from(off),
             length: len,
             lkey: self.lkey,
+            buf: None,
+            _mem: PhantomData,
         })
     }
 }
@@ -651,6 +686,24 @@ impl Drop for MrSlot {
 }
 
 /// A work request riser posts on the send queue.
+///
+/// What memory a request names is borrowed for `'a`: the [`Sge`]s and
+/// [`Registration`]s it carries cannot outlive the [`DmaBuf`] or the
+/// [`DmaSg`] mapping they were made from, so nothing freed or unmapped is
+/// ever posted. The borrow ends when
+/// [`Connection::post_send`] returns, while the device uses the memory
+/// until the request completes (or the QP is destroyed). What keeps it
+/// alive that long:
+///
+/// - A [`DmaBuf`]: the request's tag. A SEND naming a buffer must carry it
+///   as `keep` (posting fails with `EINVAL` otherwise), and the tag holds a
+///   reference on it until the completion.
+/// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
+///   The driver must keep the mapping (its task) until every SEND naming
+///   it has completed and every registration of it given to the peer is
+///   invalidated; it does so with the task references it holds per
+///   registration and per such SEND. This is the driver's discipline, not
+///   enforced by these types.
 pub(crate) enum SendOp<'a> {
     /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
     /// when there is one, so that its completion tells when the peer can no
@@ -674,8 +727,8 @@ pub(crate) enum SendOp<'a> {
     Send {
         /// The signaled send tag.
         tag: u32,
-        /// One or two entries.
-        sges: &'a [Sge],
+        /// One or two entries; an entry of a [`DmaBuf`] must be in `keep`.
+        sges: &'a [Sge<'a>],
         /// The buffer kept alive until the completion.
         keep: Option<&'a Arc<DmaBuf>>,
     },
@@ -919,7 +972,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     /// Maps `sg` into MR `mr` with a fresh key; what the peer is told.
-    pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
+    pub(crate) fn map_mr<'s>(&self, mr: u32, sg: &'s DmaSg) -> Result<Registration<'s>> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
         if fault::hit(Site::MapMr) {
             return Err(EINVAL);
@@ -947,6 +1000,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 lkey: (*p).lkey,
                 iova: (*p).iova,
                 len: u32::try_from((*p).length)?,
+                _sg: PhantomData,
             }
         };
         Ok(r)
@@ -977,6 +1031,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Posts `ops` as one chain. MR states are published before posting,
     /// so a completion racing the post sees them, and rolled back for the
     /// requests the provider did not take.
+    ///
+    /// The memory the requests name is borrowed only for the call; what
+    /// keeps it alive until their completions is said at [`SendOp`].
     pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
         self.post_chain(ops).map_err(|(e, _)| e)
     }
@@ -1010,9 +1067,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 SendOp::Reg { mr, .. } => {
                     self.mrs.get(*mr as usize).ok_or(EINVAL)?;
                 }
-                SendOp::Send { tag, sges, .. } => {
+                SendOp::Send { tag, sges, keep } => {
                     self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
                     if sges.is_empty() || sges.len() > 2 {
+                        return Err(EINVAL);
+                    }
+                    // The tag keeps only `keep` alive until the completion.
+                    let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
+                    if !sges.iter().all(|s| s.buf.is_none_or(kept)) {
                         return Err(EINVAL);
                     }
                 }
