@@ -384,8 +384,10 @@ impl DmaSg {
         })
     }
 
-    /// The number of DMA segments the mapping produced (bug 5: this, not the
-    /// scatterlist's length, is what registration maps).
+    /// The number of DMA segments the mapping produced. This, not the
+    /// scatterlist's entry count, is what a registration maps: mapping may
+    /// merge entries (an IOMMU joins contiguous ones), and only the first
+    /// `count` entries carry DMA addresses.
     pub(crate) fn count(&self) -> u32 {
         self.count.unsigned_abs()
     }
@@ -653,8 +655,10 @@ pub(crate) struct ConnCaps {
 /// after its QP is destroyed.
 struct MrSlot {
     ptr: NonNull<bindings::ib_mr>,
-    /// Registered and not yet invalidated (bug 4: this state belongs to the
-    /// MR, whichever task last used it).
+    /// Registered and not yet invalidated. The state is the MR's, not that
+    /// of the task that registered it: a registration stays valid after
+    /// its task until it is invalidated, so the MR's next user must see it
+    /// (and invalidate it before registering again).
     valid: AtomicBool,
     /// The key of the last posted registration: what the peer was given
     /// and what an invalidation names (the MR's own key may already be the
