@@ -1020,6 +1020,9 @@ impl Res {
         let len = task.data_len();
         let mut iser = IserHeader::default();
         let mut reg = None;
+        // The task slot's MR (MR index == slot index), held while the chain
+        // that maps and registers it is built and posted.
+        let mut claim = None;
         let mut inv = false;
         let mut unregistered = false;
         // The command's MR is registered by this chain.
@@ -1057,9 +1060,10 @@ impl Res {
                     // before its task is freed; one for local sends only
                     // (no remote access) is invalidated here, chained
                     // before the next registration.
+                    let mr = claim.insert(self.conn.claim_mr(idx)?);
                     inv = self.conn.mr_valid(idx);
                     uses_mr = true;
-                    self.conn.map_mr(idx, sg)?
+                    mr.map(sg)?
                 };
                 if r.len() < len {
                     return Err(EINVAL);
@@ -1165,15 +1169,17 @@ impl Res {
                 keep: Some(hdr_buf),
             }
         };
-        let reg_op = SendOp::Reg { mr: idx, access };
+        let reg_op = reg
+            .filter(|_| uses_mr)
+            .map(|reg| SendOp::Reg { reg, access });
         // The chain, and where the registration is in it.
-        let (posted, reg_at) = match (inv, uses_mr) {
-            (true, true) => (
+        let (posted, reg_at) = match (inv, reg_op) {
+            (true, Some(reg_op)) => (
                 self.conn
                     .post_chain(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send]),
                 Some(1),
             ),
-            (false, true) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
+            (false, Some(reg_op)) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
             _ => (self.conn.post_chain(&[send]), None),
         };
         if let Err((e, n)) = posted {

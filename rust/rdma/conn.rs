@@ -403,6 +403,7 @@ impl DmaSg {
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            mr: None,
             _sg: PhantomData,
         })
     }
@@ -419,6 +420,7 @@ impl DmaSg {
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            mr: None,
             _sg: PhantomData,
         })
     }
@@ -482,15 +484,19 @@ impl Sge<'_> {
 /// A mapping of a [`DmaSg`] as a work request or the peer names it: what
 /// a registration advertises to the peer, and the local key for local work
 /// requests. It borrows the mapping it describes, so neither it nor the
-/// entries made from it ([`Registration::sge`]) outlive the unmapping. Its
-/// fields are private: a registration cannot be made up, or changed to
-/// name other memory.
-#[derive(Debug, Clone, Copy)]
+/// entries made from it ([`Registration::sge`]) outlive the unmapping; one
+/// made by [`MrClaim::map`] also borrows the claim, so the MR is neither
+/// mapped anew nor given back while it lives, and it is what
+/// [`SendOp::Reg`] posts. Its fields are private: a registration cannot be
+/// made up, or changed to name other memory.
+#[derive(Clone, Copy)]
 pub(crate) struct Registration<'a> {
     rkey: u32,
     iova: u64,
     len: u32,
     lkey: u32,
+    /// The claimed MR the mapping is in, if it is in one.
+    mr: Option<&'a MrSlot>,
     _sg: PhantomData<&'a DmaSg>,
 }
 
@@ -652,9 +658,12 @@ pub(crate) struct ConnCaps {
 /// # Invariants
 ///
 /// `ptr` is a valid MR in the connection's PD until the connection drops it,
-/// after its QP is destroyed.
+/// after its QP is destroyed. The MR's fields are written (by a mapping) and
+/// read (to register it) only by the holder of `claimed` (an [`MrClaim`]).
 struct MrSlot {
     ptr: NonNull<bindings::ib_mr>,
+    /// Held by the [`MrClaim`] that alone may map and register the MR.
+    claimed: AtomicBool,
     /// Registered and not yet invalidated. The state is the MR's, not that
     /// of the task that registered it: a registration stays valid after
     /// its task until it is invalidated, so the MR's next user must see it
@@ -662,7 +671,7 @@ struct MrSlot {
     valid: AtomicBool,
     /// The key of the last posted registration: what the peer was given
     /// and what an invalidation names (the MR's own key may already be the
-    /// next one, set by `map_mr`).
+    /// next one, set by [`MrClaim::map`]).
     reg_rkey: AtomicU32,
 }
 
@@ -675,6 +684,7 @@ impl MrSlot {
         // INVARIANT: a valid MR in `pd`, deregistered in `drop`.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            claimed: AtomicBool::new(false),
             valid: AtomicBool::new(false),
             reg_rkey: AtomicU32::new(0),
         })
@@ -689,12 +699,77 @@ impl Drop for MrSlot {
     }
 }
 
+/// Exclusive use of one of a [`Connection`]'s MRs, taken with
+/// [`Connection::claim_mr`] and given back when dropped: only its holder
+/// maps the MR ([`MrClaim::map`], which rewrites the MR's keys and page
+/// list) and registers it ([`SendOp::Reg`], with the registration the
+/// mapping returned), so no two CPUs ever do either to one MR at once.
+/// Invalidation ([`SendOp::LocalInv`]) needs no claim: it uses only the
+/// MR's atomic state.
+///
+/// # Invariants
+///
+/// This value holds `slot.claimed`, taken in [`Connection::claim_mr`].
+pub(crate) struct MrClaim<'a> {
+    slot: &'a MrSlot,
+}
+
+impl MrClaim<'_> {
+    /// Maps `sg` into the MR with a fresh key: what the peer is told, and
+    /// what [`SendOp::Reg`] registers. The registration borrows the claim
+    /// and `sg`: while it lives the MR is not mapped again and `sg` stays
+    /// mapped.
+    pub(crate) fn map<'s>(&'s mut self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+        if fault::hit(Site::MapMr) {
+            return Err(EINVAL);
+        }
+        let p = self.slot.ptr.as_ptr();
+        // The keys' low byte is the consumer's to rotate; the registration in
+        // the hardware keeps its key (`reg_rkey`) until invalidated.
+        // SAFETY: The MR is valid (type invariant of `MrSlot`), and only the
+        // holder of its claim (this value, borrowed mutably) reads or writes
+        // its fields.
+        unsafe {
+            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
+            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
+            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
+        }
+        let count = c_int::try_from(sg.count())?;
+        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR
+        // is valid and claimed, as above.
+        let n =
+            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
+        if n != count {
+            return Err(EINVAL);
+        }
+        // SAFETY: As above; `ib_map_mr_sg` set the MR's iova and length.
+        let r = unsafe {
+            Registration {
+                rkey: (*p).rkey,
+                lkey: (*p).lkey,
+                iova: (*p).iova,
+                len: u32::try_from((*p).length)?,
+                mr: Some(self.slot),
+                _sg: PhantomData,
+            }
+        };
+        Ok(r)
+    }
+}
+
+impl Drop for MrClaim<'_> {
+    fn drop(&mut self) {
+        // INVARIANT: the claim taken in `claim_mr` is given back once.
+        self.slot.claimed.store(false, Ordering::Release);
+    }
+}
+
 /// A work request riser posts on the send queue.
 ///
 /// What memory a request names is borrowed for `'a`: the [`Sge`]s and
-/// [`Registration`]s it carries cannot outlive the [`DmaBuf`] or the
-/// [`DmaSg`] mapping they were made from, so nothing freed or unmapped is
-/// ever posted. The borrow ends when
+/// [`Registration`]s it carries cannot outlive the [`DmaBuf`], the
+/// [`DmaSg`] mapping (or the MR mapping) they were made from, so nothing
+/// freed, unmapped or mapped anew is ever posted. The borrow ends when
 /// [`Connection::post_send`] returns, while the device uses the memory
 /// until the request completes (or the QP is destroyed). What keeps it
 /// alive that long:
@@ -708,6 +783,11 @@ impl Drop for MrSlot {
 ///   invalidated; it does so with the task references it holds per
 ///   registration and per such SEND. This is the driver's discipline, not
 ///   enforced by these types.
+/// - An MR registration: the device reads the MR's page list when it
+///   executes the REG_MR, after posting; the claim may be dropped once
+///   posted, and mapping the MR anew under a later claim before then is
+///   the driver's to avoid (it maps a slot's MR again only for the slot's
+///   next command, once the last one has completed).
 pub(crate) enum SendOp<'a> {
     /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
     /// when there is one, so that its completion tells when the peer can no
@@ -718,11 +798,12 @@ pub(crate) enum SendOp<'a> {
         /// The signaled send tag, if any.
         tag: Option<u32>,
     },
-    /// Register MR `mr` as last mapped by [`Connection::map_mr`]
-    /// (unsignaled), for local use and what `access` grants the peer.
+    /// Register the MR of `reg`, a mapping made by [`MrClaim::map`] on
+    /// this connection (unsignaled), for local use and what `access` grants
+    /// the peer. Only the claim's holder has such a registration.
     Reg {
-        /// The connection's MR index.
-        mr: u32,
+        /// The MR mapping to register.
+        reg: Registration<'a>,
         /// What the peer may do with the region.
         access: Access,
     },
@@ -787,8 +868,10 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     id: CmId<H>,
 }
 
-// SAFETY: Posting is serialised by the provider; the tags and MR states are
-// atomics; everything may be released from any thread.
+// SAFETY: Posting is serialised by the provider; the tags and the MR states
+// (`claimed`, `valid`, `reg_rkey`) are atomics; an MR's own fields are
+// written and read only by the holder of its claim (`MrClaim`), so by one
+// CPU at a time; everything may be released from any thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
@@ -975,39 +1058,15 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         r
     }
 
-    /// Maps `sg` into MR `mr` with a fresh key; what the peer is told.
-    pub(crate) fn map_mr<'s>(&self, mr: u32, sg: &'s DmaSg) -> Result<Registration<'s>> {
+    /// Takes MR `mr` for exclusive use until the returned claim is
+    /// dropped; `EBUSY` while another claim holds it.
+    pub(crate) fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
-        if fault::hit(Site::MapMr) {
-            return Err(EINVAL);
-        }
-        let p = slot.ptr.as_ptr();
-        // The keys' low byte is the consumer's to rotate; the registration in
-        // the hardware keeps its key (`reg_rkey`) until invalidated.
-        // SAFETY: The MR is valid (type invariant) and only read/written here.
-        unsafe {
-            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
-            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
-            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
-        }
-        let count = c_int::try_from(sg.count())?;
-        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR is valid.
-        let n =
-            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
-        if n != count {
-            return Err(EINVAL);
-        }
-        // SAFETY: The MR is valid; `ib_map_mr_sg` set its iova and length.
-        let r = unsafe {
-            Registration {
-                rkey: (*p).rkey,
-                lkey: (*p).lkey,
-                iova: (*p).iova,
-                len: u32::try_from((*p).length)?,
-                _sg: PhantomData,
-            }
-        };
-        Ok(r)
+        slot.claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map_err(|_| EBUSY)?;
+        // INVARIANT: the flag was taken just above.
+        Ok(MrClaim { slot })
     }
 
     /// Whether MR `mr` is registered and not yet invalidated.
@@ -1068,8 +1127,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         self.send_tags.get(*t as usize).ok_or(EINVAL)?;
                     }
                 }
-                SendOp::Reg { mr, .. } => {
-                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                SendOp::Reg { reg, .. } => {
+                    // An MR mapping, of one of this connection's MRs.
+                    let s = reg.mr.ok_or(EINVAL)?;
+                    if !self.mrs.as_ptr_range().contains(&core::ptr::from_ref(s)) {
+                        return Err(EINVAL);
+                    }
                 }
                 SendOp::Send { tag, sges, keep } => {
                     self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
@@ -1132,10 +1195,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         *w.wr.ex.invalidate_rkey.as_mut() = rkey;
                     }
                 }
-                SendOp::Reg { mr, access } => {
-                    let s = &self.mrs[*mr as usize];
-                    // SAFETY: The MR is valid (type invariant).
-                    let key = unsafe { (*s.ptr.as_ptr()).rkey };
+                SendOp::Reg { reg, access } => {
+                    // Validated above: a mapping of one of this connection's
+                    // MRs, whose claim `reg` borrows, so its key is still
+                    // the MR's.
+                    let Some(s) = reg.mr else {
+                        return Err(EINVAL);
+                    };
+                    let key = reg.rkey;
                     before[i] = Some((
                         s,
                         s.valid.load(Ordering::Acquire),
