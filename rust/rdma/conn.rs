@@ -1200,6 +1200,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     // MRs, whose claim `reg` borrows, so its key is still
                     // the MR's.
                     let Some(s) = reg.mr else {
+                        Self::unwind(&before, &held, 0);
                         return Err(EINVAL);
                     };
                     let key = reg.rkey;
