@@ -35,12 +35,12 @@ use core::{
     sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
-    alloc::{KBox, KVec},
-    new_condvar, new_mutex, new_spinlock_irq,
+    alloc::{KBox, KVVec, KVec},
+    new_condvar, new_mutex, new_spinlock, new_spinlock_irq,
     prelude::*,
     revocable::Revocable,
     str::BStr,
-    sync::{Arc, CondVar, Mutex, SetOnce, SpinLockIrq},
+    sync::{Arc, CondVar, Mutex, SetOnce, SpinLock, SpinLockIrq},
     time::{msecs_to_jiffies, Instant, Monotonic},
 };
 
@@ -303,13 +303,15 @@ impl TransportOps for Iser {
             };
             (res.dev.dev.clone(), count)
         };
+        let len = HEADERS_LEN + size as usize;
         let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
         for _ in 0..count {
-            bufs.push(
-                DmaBuf::new(&dev, HEADERS_LEN + size as usize, DmaDir::FromDevice)?,
-                GFP_KERNEL,
-            )?;
+            bufs.push(DmaBuf::new(&dev, len, DmaDir::FromDevice)?, GFP_KERNEL)?;
         }
+        let bufs = RxBufs {
+            bufs,
+            copy: RxCopy::new(len)?,
+        };
         // A target may answer the transit without taking it; the next
         // request's buffers are then the ones already made.
         let _ = ep.res().ok_or(ENOTCONN)?.ff_rx.populate(bufs);
@@ -582,6 +584,8 @@ struct Res {
     /// ping data), sent on tags `0..CTRL_TX`.
     ctrl_tx: KVec<Arc<DmaBuf>>,
     login_rx: Arc<DmaBuf>,
+    /// Where a login or text response is parsed from.
+    login_copy: RxCopy,
     /// One header buffer per task slot: command and control PDUs.
     tx_hdrs: KVec<Arc<DmaBuf>>,
     /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
@@ -595,7 +599,7 @@ struct Res {
     /// that hold the commands until it cannot.
     #[pin]
     track: SpinLockIrq<Track>,
-    ff_rx: SetOnce<KVec<Arc<DmaBuf>>>,
+    ff_rx: SetOnce<RxBufs>,
     /// The full-feature receives were posted (once: a second full-feature
     /// Login Response is refused).
     ff_posted: AtomicBool,
@@ -609,6 +613,41 @@ struct Res {
     remote_invs: AtomicU64,
     local_invs: AtomicU64,
     signal_interval: u32,
+}
+
+/// A copy of a completed receive, for the CPU to parse the PDU from: a
+/// receive buffer is DMA memory, which is only ever copied out of (see
+/// [`DmaBuf`]). One per set of receive buffers, as large as one of them;
+/// its lock, taken for the parse and the hand-off to libiscsi, makes it the
+/// receive path's alone whatever the CQ's polling does. Only the
+/// completion handler takes it, so it is never contended.
+struct RxCopy(Pin<KBox<SpinLock<KVVec<u8>>>>);
+
+impl RxCopy {
+    /// A copy for receive buffers of `len` bytes.
+    fn new(len: usize) -> Result<Self> {
+        let v = KVVec::from_elem(0u8, len, GFP_KERNEL)?;
+        Ok(Self(KBox::pin_init(new_spinlock!(v), GFP_KERNEL)?))
+    }
+
+    /// Copies the `byte_len` bytes a receive completion reports from `buf`
+    /// and hands them to `f`. The device's count is not trusted: no more
+    /// than the buffer holds is copied (a longer count is then seen by the
+    /// parser as the overrun it is).
+    fn with<R>(&self, buf: &DmaBuf, byte_len: u32, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        // CAST: a u32 fits a usize.
+        let n = (byte_len as usize).min(buf.len());
+        let mut copy = self.0.lock();
+        let dst = copy.get_mut(..n).ok_or(EINVAL)?;
+        buf.read(0, dst)?;
+        Ok(f(dst))
+    }
+}
+
+/// The full-feature receive buffers and their copy.
+struct RxBufs {
+    bufs: KVec<Arc<DmaBuf>>,
+    copy: RxCopy,
 }
 
 /// Where a command's memory registration stands.
@@ -765,6 +804,7 @@ impl Track {
 struct Bufs {
     ctrl_tx: KVec<Arc<DmaBuf>>,
     login_rx: Arc<DmaBuf>,
+    login_copy: RxCopy,
     tx_hdrs: KVec<Arc<DmaBuf>>,
     dataout: KVec<Arc<DmaBuf>>,
     dataout_free: KVec<u32>,
@@ -795,6 +835,7 @@ impl Bufs {
         Ok(Self {
             ctrl_tx,
             login_rx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::FromDevice)?,
+            login_copy: RxCopy::new(HEADERS_LEN + LOGIN_DATA)?,
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
             dataout_free,
@@ -817,6 +858,7 @@ impl Res {
             sizing,
             ctrl_tx: b.ctrl_tx,
             login_rx: b.login_rx,
+            login_copy: b.login_copy,
             tx_hdrs: b.tx_hdrs,
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
@@ -967,6 +1009,9 @@ impl Res {
         let len = task.data_len();
         let mut iser = IserHeader::default();
         let mut reg = None;
+        // The task slot's MR (MR index == slot index), held while the chain
+        // that maps and registers it is built and posted.
+        let mut claim = None;
         let mut inv = false;
         let mut unregistered = false;
         // The command's MR is registered by this chain.
@@ -1004,17 +1049,18 @@ impl Res {
                     // before its task is freed; one for local sends only
                     // (no remote access) is invalidated here, chained
                     // before the next registration.
+                    let mr = claim.insert(self.conn.claim_mr(idx)?);
                     inv = self.conn.mr_valid(idx);
                     uses_mr = true;
-                    self.conn.map_mr(idx, sg)?
+                    mr.map(sg)?
                 };
-                if r.len < len {
+                if r.len() < len {
                     return Err(EINVAL);
                 }
                 if dir == Direction::Read {
                     iser.read = Some(StagVa {
-                        stag: r.rkey,
-                        va: r.iova,
+                        stag: r.rkey(),
+                        va: r.iova(),
                     });
                 } else {
                     // Immediate data plus unsolicited Data-Outs: the target
@@ -1022,8 +1068,8 @@ impl Res {
                     let unsol = task.imm_count().saturating_add(task.unsol_len()).min(len);
                     if unsol < len {
                         iser.write = Some(StagVa {
-                            stag: r.rkey,
-                            va: r.iova + u64::from(unsol),
+                            stag: r.rkey(),
+                            va: r.iova() + u64::from(unsol),
                         });
                     }
                 }
@@ -1059,7 +1105,7 @@ impl Res {
         }
         let one;
         let two;
-        let sges: &[Sge] = if inline {
+        let sges: &[Sge<'_>] = if inline {
             &[]
         } else {
             hdr_buf.write(0, &hdrs)?;
@@ -1112,15 +1158,17 @@ impl Res {
                 keep: Some(hdr_buf),
             }
         };
-        let reg_op = SendOp::Reg { mr: idx, access };
+        let reg_op = reg
+            .filter(|_| uses_mr)
+            .map(|reg| SendOp::Reg { reg, access });
         // The chain, and where the registration is in it.
-        let (posted, reg_at) = match (inv, uses_mr) {
-            (true, true) => (
+        let (posted, reg_at) = match (inv, reg_op) {
+            (true, Some(reg_op)) => (
                 self.conn
                     .post_chain(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send]),
                 Some(1),
             ),
-            (false, true) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
+            (false, Some(reg_op)) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
             _ => (self.conn.post_chain(&[send]), None),
         };
         if let Err((e, n)) = posted {
@@ -1249,7 +1297,7 @@ impl Res {
     fn send_dataouts(
         &self,
         task: &Task<'_, Iser>,
-        r: &Registration,
+        r: &Registration<'_>,
         reserved: u32,
     ) -> Option<&'static str> {
         let idx = task.index() as usize;
@@ -1692,16 +1740,18 @@ impl IserConn {
 
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.
     fn received(&self, res: &Res, tag: u32, wc: Wc) {
-        let (buf, ff) = if tag == 0 {
-            (&res.login_rx, false)
+        let (buf, copy, ff) = if tag == 0 {
+            (&res.login_rx, &res.login_copy, false)
         } else {
-            let Some(b) = res.ff_rx.as_ref().and_then(|v| v.get(tag as usize - 1)) else {
+            let ring = res.ff_rx.as_ref();
+            let Some((b, c)) = ring.and_then(|r| Some((r.bufs.get(tag as usize - 1)?, &r.copy)))
+            else {
                 self.fail("receive completion for an unknown buffer");
                 return;
             };
-            (b, true)
+            (b, c, true)
         };
-        match buf.read(buf.len(), |bytes| self.deliver(res, bytes, wc)) {
+        match copy.with(buf, wc.byte_len, |bytes| self.deliver(res, bytes, wc)) {
             Ok(Ok(())) => {}
             Ok(Err(why)) => self.fail(why),
             Err(_) => self.fail("receive buffer unreadable"),
@@ -1831,7 +1881,7 @@ impl IserConn {
             let Some(bufs) = res.ff_rx.as_ref() else {
                 return Err("full feature phase without receive buffers");
             };
-            for (i, b) in bufs.iter().enumerate() {
+            for (i, b) in bufs.bufs.iter().enumerate() {
                 // CAST: the count came from a u32.
                 if res.conn.post_recv(1 + i as u32, b).is_err() {
                     return Err("cannot post the full-feature receives");

@@ -18,6 +18,7 @@ use crate::{
     fault::{self, Site},
 };
 use core::{
+    marker::PhantomData,
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
 };
@@ -101,9 +102,17 @@ impl DmaDir {
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///
-/// The CPU reads and writes it with [`DmaBuf::write`] and [`DmaBuf::read`];
-/// the driver uses each buffer from one context at a time (a buffer belongs
-/// to one posted work request, or to one task being built).
+/// The CPU reaches the buffer's memory only through [`DmaBuf::write`] and
+/// [`DmaBuf::read`], which copy into and out of it with volatile accesses,
+/// and no reference into that memory is ever handed out. Any use from
+/// safe code is therefore sound: two CPUs writing one buffer, or one
+/// writing while another reads (or while the device does), race only on
+/// marked accesses, which the kernel memory model defines (as
+/// `WRITE_ONCE`/`READ_ONCE`): the bytes seen may be a mix, nothing worse.
+/// Whether the bytes make sense (one writer at a time, no write while a
+/// posted work request still reads the buffer) is the driver's concern,
+/// which it meets by giving each buffer to one work request or task at a
+/// time.
 ///
 /// # Invariants
 ///
@@ -119,8 +128,10 @@ pub(crate) struct DmaBuf {
 
 // SAFETY: The buffer is plain memory owned by the value.
 unsafe impl Send for DmaBuf {}
-// SAFETY: See the type's documentation: concurrent CPU use of one buffer is
-// excluded by the driver's ownership of buffers per work request.
+// SAFETY: Shared references reach the buffer's memory only with volatile
+// copies (`write`, `read`), never through a Rust reference, so concurrent
+// use from several CPUs has no data race (see the type's documentation);
+// the other fields are not written after construction.
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
@@ -163,7 +174,9 @@ impl DmaBuf {
 
     /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
     /// DMA lkey; `EINVAL` if the range is not inside the buffer.
-    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge> {
+    /// The entry borrows the buffer; a SEND naming it must keep it (see
+    /// [`SendOp::Send`]).
+    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge<'_>> {
         let end = off.checked_add(len).ok_or(EINVAL)?;
         if end > self.len {
             return Err(EINVAL);
@@ -172,6 +185,8 @@ impl DmaBuf {
             addr: self.addr + off as u64,
             length: u32::try_from(len)?,
             lkey: pd.local_dma_lkey(),
+            buf: Some(self),
+            _mem: PhantomData,
         })
     }
 
@@ -182,10 +197,12 @@ impl DmaBuf {
         if end > self.len {
             return Err(EINVAL);
         }
-        // SAFETY: `off..end` is inside the allocation (checked); the driver
-        // does not let the device read this buffer while it is written.
+        // SAFETY: `off..end` is inside the allocation (checked), which is
+        // only ever accessed with volatile copies; `src` is a distinct
+        // borrow, so the ranges do not overlap. The range is mapped at
+        // `addr + off`.
         unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
+            copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
             bindings::riser_ib_dma_sync_for_device(
                 self.dev.raw(),
                 self.addr + off as u64,
@@ -210,23 +227,90 @@ impl DmaBuf {
         };
     }
 
-    /// Makes the first `len` bytes the device wrote visible to the CPU and
-    /// hands them to `f`.
-    pub(crate) fn read<R>(&self, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if len > self.len {
+    /// Makes `dst.len()` bytes at `off`, as the device wrote them, visible
+    /// to the CPU and copies them into `dst`. Only those bytes are synced
+    /// and copied.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> Result {
+        let end = off.checked_add(dst.len()).ok_or(EINVAL)?;
+        if end > self.len {
             return Err(EINVAL);
         }
-        // The driver reads a receive buffer between its completion and its
-        // next post (a full-feature buffer is reposted after `f` returns; the
-        // login buffer only with the next login request, which iscsid sends
-        // after this PDU was handed on), so the device does not write it
-        // during the borrow.
-        // SAFETY: `0..len` is inside the allocation, mapped at `addr`.
-        let bytes = unsafe {
-            bindings::riser_ib_dma_sync_for_cpu(self.dev.raw(), self.addr, len, self.dir.raw());
-            core::slice::from_raw_parts(self.ptr.as_ptr(), len)
-        };
-        Ok(f(bytes))
+        // SAFETY: `off..end` is inside the allocation (checked) and mapped
+        // at `addr + off`; the allocation is only ever accessed with
+        // volatile copies, and `dst` is a distinct, exclusive borrow.
+        unsafe {
+            bindings::riser_ib_dma_sync_for_cpu(
+                self.dev.raw(),
+                self.addr + off as u64,
+                dst.len(),
+                self.dir.raw(),
+            );
+            copy_from_volatile(dst.as_mut_ptr(), self.ptr.as_ptr().add(off), dst.len());
+        }
+        Ok(())
+    }
+}
+
+/// The word the volatile copies move at a time.
+const WORD: usize = core::mem::size_of::<usize>();
+
+/// Copies `len` bytes from `src` to `dst`, storing into `dst` only with
+/// volatile writes (bytes up to `dst`'s first word boundary, then aligned
+/// words, then bytes), so that a racing access to `dst` from another CPU,
+/// itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `dst`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - dst.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: Every offset is below `len`: `head + words * WORD <= len`.
+    // Word stores are at `dst`'s word-aligned addresses; the word loads
+    // from `src` may be unaligned and are done as such.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_unaligned();
+            dst.add(i).cast::<usize>().write_volatile(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, loading from `src` only with
+/// volatile reads (as [`copy_to_volatile`] stores), so that a racing
+/// access to `src` from another CPU, itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `src`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+unsafe fn copy_from_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - src.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: As in `copy_to_volatile`, with the aligned, volatile side
+    // being `src` and the unaligned stores going to `dst`.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_volatile();
+            dst.add(i).cast::<usize>().write_unaligned(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
     }
 }
 
@@ -299,8 +383,10 @@ impl DmaSg {
         })
     }
 
-    /// The number of DMA segments the mapping produced (bug 5: this, not the
-    /// scatterlist's length, is what registration maps).
+    /// The number of DMA segments the mapping produced. This, not the
+    /// scatterlist's entry count, is what a registration maps: mapping may
+    /// merge entries (an IOMMU joins contiguous ones), and only the first
+    /// `count` entries carry DMA addresses.
     pub(crate) fn count(&self) -> u32 {
         self.count.unsigned_abs()
     }
@@ -309,13 +395,15 @@ impl DmaSg {
     /// local DMA lkey and its global rkey, at the segment's DMA address
     /// (ib_iser's `always_register=0`). `None` for several segments or a PD
     /// without a global rkey.
-    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration> {
+    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration<'_>> {
         let (addr, len) = self.single()?;
         Some(Registration {
             rkey: pd.global_rkey()?,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            mr: None,
+            _sg: PhantomData,
         })
     }
 
@@ -324,13 +412,15 @@ impl DmaSg {
     /// that nothing is offered to the peer. For data the local side sends
     /// itself (a write's immediate data), which needs no registration.
     /// `None` for several segments.
-    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration> {
+    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration<'_>> {
         let (addr, len) = self.single()?;
         Some(Registration {
             rkey: 0,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
+            mr: None,
+            _sg: PhantomData,
         })
     }
 
@@ -363,16 +453,24 @@ impl Drop for DmaSg {
     }
 }
 
-/// One scatter/gather entry of a work request; made only from memory riser
-/// mapped or registered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sge {
+/// One scatter/gather entry of a work request, made only from memory riser
+/// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
+/// cannot outlive the [`DmaBuf`] or the [`Registration`] (and through it
+/// the [`DmaSg`]) that it names, so no work request is posted naming memory
+/// already freed or unmapped. Its fields are private: an entry cannot be
+/// made up or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Sge<'a> {
     addr: u64,
     length: u32,
     lkey: u32,
+    /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
+    /// naming it must hold it until its completion.
+    buf: Option<&'a DmaBuf>,
+    _mem: PhantomData<&'a ()>,
 }
 
-impl Sge {
+impl Sge<'_> {
     fn raw(self) -> bindings::ib_sge {
         bindings::ib_sge {
             addr: self.addr,
@@ -382,22 +480,44 @@ impl Sge {
     }
 }
 
-/// What a registration advertises to the peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Registration {
-    /// The remote key (STag).
-    pub(crate) rkey: u32,
-    /// The virtual address the peer uses.
-    pub(crate) iova: u64,
-    /// The registered length.
-    pub(crate) len: u32,
-    /// The local key, to use the region in local work requests.
-    pub(crate) lkey: u32,
+/// A mapping of a [`DmaSg`] as a work request or the peer names it: what
+/// a registration advertises to the peer, and the local key for local work
+/// requests. It borrows the mapping it describes, so neither it nor the
+/// entries made from it ([`Registration::sge`]) outlive the unmapping; one
+/// made by [`MrClaim::map`] also borrows the claim, so the MR is neither
+/// mapped anew nor given back while it lives, and it is what
+/// [`SendOp::Reg`] posts. Its fields are private: a registration cannot be
+/// made up, or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Registration<'a> {
+    rkey: u32,
+    iova: u64,
+    len: u32,
+    lkey: u32,
+    /// The claimed MR the mapping is in, if it is in one.
+    mr: Option<&'a MrSlot>,
+    _sg: PhantomData<&'a DmaSg>,
 }
 
-impl Registration {
-    /// `len` bytes at `off` of the registered region as a local entry.
-    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge> {
+impl<'a> Registration<'a> {
+    /// The remote key (STag) the peer is given.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The virtual address the peer uses.
+    pub(crate) fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The registered length.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// `len` bytes at `off` of the registered region as a local entry,
+    /// borrowing what the registration borrows.
+    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge<'a>> {
         if off.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(EINVAL);
         }
@@ -405,6 +525,8 @@ impl Registration {
             addr: self.iova + u64::from(off),
             length: len,
             lkey: self.lkey,
+            buf: None,
+            _mem: PhantomData,
         })
     }
 }
@@ -535,15 +657,20 @@ pub(crate) struct ConnCaps {
 /// # Invariants
 ///
 /// `ptr` is a valid MR in the connection's PD until the connection drops it,
-/// after its QP is destroyed.
+/// after its QP is destroyed. The MR's fields are written (by a mapping) and
+/// read (to register it) only by the holder of `claimed` (an [`MrClaim`]).
 struct MrSlot {
     ptr: NonNull<bindings::ib_mr>,
-    /// Registered and not yet invalidated (bug 4: this state belongs to the
-    /// MR, whichever task last used it).
+    /// Held by the [`MrClaim`] that alone may map and register the MR.
+    claimed: AtomicBool,
+    /// Registered and not yet invalidated. The state is the MR's, not that
+    /// of the task that registered it: a registration stays valid after
+    /// its task until it is invalidated, so the MR's next user must see it
+    /// (and invalidate it before registering again).
     valid: AtomicBool,
     /// The key of the last posted registration: what the peer was given
     /// and what an invalidation names (the MR's own key may already be the
-    /// next one, set by `map_mr`).
+    /// next one, set by [`MrClaim::map`]).
     reg_rkey: AtomicU32,
 }
 
@@ -556,6 +683,7 @@ impl MrSlot {
         // INVARIANT: a valid MR in `pd`, deregistered in `drop`.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            claimed: AtomicBool::new(false),
             valid: AtomicBool::new(false),
             reg_rkey: AtomicU32::new(0),
         })
@@ -570,7 +698,95 @@ impl Drop for MrSlot {
     }
 }
 
+/// Exclusive use of one of a [`Connection`]'s MRs, taken with
+/// [`Connection::claim_mr`] and given back when dropped: only its holder
+/// maps the MR ([`MrClaim::map`], which rewrites the MR's keys and page
+/// list) and registers it ([`SendOp::Reg`], with the registration the
+/// mapping returned), so no two CPUs ever do either to one MR at once.
+/// Invalidation ([`SendOp::LocalInv`]) needs no claim: it uses only the
+/// MR's atomic state.
+///
+/// # Invariants
+///
+/// This value holds `slot.claimed`, taken in [`Connection::claim_mr`].
+pub(crate) struct MrClaim<'a> {
+    slot: &'a MrSlot,
+}
+
+impl MrClaim<'_> {
+    /// Maps `sg` into the MR with a fresh key: what the peer is told, and
+    /// what [`SendOp::Reg`] registers. The registration borrows the claim
+    /// and `sg`: while it lives the MR is not mapped again and `sg` stays
+    /// mapped.
+    pub(crate) fn map<'s>(&'s mut self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+        if fault::hit(Site::MapMr) {
+            return Err(EINVAL);
+        }
+        let p = self.slot.ptr.as_ptr();
+        // The keys' low byte is the consumer's to rotate; the registration in
+        // the hardware keeps its key (`reg_rkey`) until invalidated.
+        // SAFETY: The MR is valid (type invariant of `MrSlot`), and only the
+        // holder of its claim (this value, borrowed mutably) reads or writes
+        // its fields.
+        unsafe {
+            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
+            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
+            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
+        }
+        let count = c_int::try_from(sg.count())?;
+        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR
+        // is valid and claimed, as above.
+        let n =
+            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
+        if n != count {
+            return Err(EINVAL);
+        }
+        // SAFETY: As above; `ib_map_mr_sg` set the MR's iova and length.
+        let r = unsafe {
+            Registration {
+                rkey: (*p).rkey,
+                lkey: (*p).lkey,
+                iova: (*p).iova,
+                len: u32::try_from((*p).length)?,
+                mr: Some(self.slot),
+                _sg: PhantomData,
+            }
+        };
+        Ok(r)
+    }
+}
+
+impl Drop for MrClaim<'_> {
+    fn drop(&mut self) {
+        // INVARIANT: the claim taken in `claim_mr` is given back once.
+        self.slot.claimed.store(false, Ordering::Release);
+    }
+}
+
 /// A work request riser posts on the send queue.
+///
+/// What memory a request names is borrowed for `'a`: the [`Sge`]s and
+/// [`Registration`]s it carries cannot outlive the [`DmaBuf`], the
+/// [`DmaSg`] mapping (or the MR mapping) they were made from, so nothing
+/// freed, unmapped or mapped anew is ever posted. The borrow ends when
+/// [`Connection::post_send`] returns, while the device uses the memory
+/// until the request completes (or the QP is destroyed). What keeps it
+/// alive that long:
+///
+/// - A [`DmaBuf`]: the request's tag. A SEND naming a buffer must carry it
+///   as `keep` (posting fails with `EINVAL` otherwise), and the tag holds a
+///   reference on it until the completion.
+/// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
+///   The driver must keep the mapping (its task) until every SEND naming
+///   it has completed and every registration of it given to the peer is
+///   invalidated; it does so with the task references it holds per
+///   registration and per such SEND. This is the driver's discipline, not
+///   enforced by these types.
+/// - An MR registration: the device reads the MR's page list when it
+///   executes the REG_MR, after posting; the claim may be dropped once
+///   posted, and mapping the MR anew under a later claim before then is
+///   the driver's to avoid (it maps a slot's MR again only for the slot's
+///   next command, once the last one has completed).
 pub(crate) enum SendOp<'a> {
     /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
     /// when there is one, so that its completion tells when the peer can no
@@ -581,11 +797,12 @@ pub(crate) enum SendOp<'a> {
         /// The signaled send tag, if any.
         tag: Option<u32>,
     },
-    /// Register MR `mr` as last mapped by [`Connection::map_mr`]
-    /// (unsignaled), for local use and what `access` grants the peer.
+    /// Register the MR of `reg`, a mapping made by [`MrClaim::map`] on
+    /// this connection (unsignaled), for local use and what `access` grants
+    /// the peer. Only the claim's holder has such a registration.
     Reg {
-        /// The connection's MR index.
-        mr: u32,
+        /// The MR mapping to register.
+        reg: Registration<'a>,
         /// What the peer may do with the region.
         access: Access,
     },
@@ -594,8 +811,8 @@ pub(crate) enum SendOp<'a> {
     Send {
         /// The signaled send tag.
         tag: u32,
-        /// One or two entries.
-        sges: &'a [Sge],
+        /// One or two entries; an entry of a [`DmaBuf`] must be in `keep`.
+        sges: &'a [Sge<'a>],
         /// The buffer kept alive until the completion.
         keep: Option<&'a Arc<DmaBuf>>,
     },
@@ -650,8 +867,10 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     id: CmId<H>,
 }
 
-// SAFETY: Posting is serialised by the provider; the tags and MR states are
-// atomics; everything may be released from any thread.
+// SAFETY: Posting is serialised by the provider; the tags and the MR states
+// (`claimed`, `valid`, `reg_rkey`) are atomics; an MR's own fields are
+// written and read only by the holder of its claim (`MrClaim`), so by one
+// CPU at a time; everything may be released from any thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
@@ -838,38 +1057,15 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         r
     }
 
-    /// Maps `sg` into MR `mr` with a fresh key; what the peer is told.
-    pub(crate) fn map_mr(&self, mr: u32, sg: &DmaSg) -> Result<Registration> {
+    /// Takes MR `mr` for exclusive use until the returned claim is
+    /// dropped; `EBUSY` while another claim holds it.
+    pub(crate) fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
-        if fault::hit(Site::MapMr) {
-            return Err(EINVAL);
-        }
-        let p = slot.ptr.as_ptr();
-        // The keys' low byte is the consumer's to rotate; the registration in
-        // the hardware keeps its key (`reg_rkey`) until invalidated.
-        // SAFETY: The MR is valid (type invariant) and only read/written here.
-        unsafe {
-            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
-            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
-            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
-        }
-        let count = c_int::try_from(sg.count())?;
-        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR is valid.
-        let n =
-            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
-        if n != count {
-            return Err(EINVAL);
-        }
-        // SAFETY: The MR is valid; `ib_map_mr_sg` set its iova and length.
-        let r = unsafe {
-            Registration {
-                rkey: (*p).rkey,
-                lkey: (*p).lkey,
-                iova: (*p).iova,
-                len: u32::try_from((*p).length)?,
-            }
-        };
-        Ok(r)
+        slot.claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map_err(|_| EBUSY)?;
+        // INVARIANT: the flag was taken just above.
+        Ok(MrClaim { slot })
     }
 
     /// Whether MR `mr` is registered and not yet invalidated.
@@ -897,6 +1093,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Posts `ops` as one chain. MR states are published before posting,
     /// so a completion racing the post sees them, and rolled back for the
     /// requests the provider did not take.
+    ///
+    /// The memory the requests name is borrowed only for the call; what
+    /// keeps it alive until their completions is said at [`SendOp`].
     pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
         self.post_chain(ops).map_err(|(e, _)| e)
     }
@@ -927,12 +1126,21 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         self.send_tags.get(*t as usize).ok_or(EINVAL)?;
                     }
                 }
-                SendOp::Reg { mr, .. } => {
-                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
+                SendOp::Reg { reg, .. } => {
+                    // An MR mapping, of one of this connection's MRs.
+                    let s = reg.mr.ok_or(EINVAL)?;
+                    if !self.mrs.as_ptr_range().contains(&core::ptr::from_ref(s)) {
+                        return Err(EINVAL);
+                    }
                 }
-                SendOp::Send { tag, sges, .. } => {
+                SendOp::Send { tag, sges, keep } => {
                     self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
                     if sges.is_empty() || sges.len() > 2 {
+                        return Err(EINVAL);
+                    }
+                    // The tag keeps only `keep` alive until the completion.
+                    let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
+                    if !sges.iter().all(|s| s.buf.is_none_or(kept)) {
                         return Err(EINVAL);
                     }
                 }
@@ -986,10 +1194,15 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         *w.wr.ex.invalidate_rkey.as_mut() = rkey;
                     }
                 }
-                SendOp::Reg { mr, access } => {
-                    let s = &self.mrs[*mr as usize];
-                    // SAFETY: The MR is valid (type invariant).
-                    let key = unsafe { (*s.ptr.as_ptr()).rkey };
+                SendOp::Reg { reg, access } => {
+                    // Validated above: a mapping of one of this connection's
+                    // MRs, whose claim `reg` borrows, so its key is still
+                    // the MR's.
+                    let Some(s) = reg.mr else {
+                        Self::unwind(&before, &held, 0);
+                        return Err(EINVAL);
+                    };
+                    let key = reg.rkey;
                     before[i] = Some((
                         s,
                         s.valid.load(Ordering::Acquire),
@@ -1180,6 +1393,43 @@ impl<H: CmHandler + QpHandler> Drop for Connection<H> {
         unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
         for t in Iterator::chain(self.recv_tags.iter(), self.send_tags.iter()) {
             t.release();
+        }
+    }
+}
+#[kunit_tests(riser_rdma_conn)]
+mod tests {
+    use super::*;
+
+    /// Both volatile copies move exactly the `len` bytes asked for, and
+    /// nothing around them, at every alignment of either side and every
+    /// length up to a few words.
+    #[test]
+    fn volatile_copies_move_exactly_the_bytes_asked_for() {
+        const N: usize = 4 * WORD + 8;
+        // CAST: indexes below 256.
+        let src: [u8; N] = core::array::from_fn(|i| i as u8 + 1);
+        for so in 0..WORD {
+            for d in 0..WORD {
+                for len in 0..=3 * WORD {
+                    for to in [true, false] {
+                        let mut dst = [0u8; N];
+                        // SAFETY: `so + len` and `d + len` are at most
+                        // `4 * WORD - 2`, inside both arrays, which are
+                        // distinct locals accessed by nothing else.
+                        unsafe {
+                            let (dp, sp) = (dst.as_mut_ptr().add(d), src.as_ptr().add(so));
+                            if to {
+                                copy_to_volatile(dp, sp, len);
+                            } else {
+                                copy_from_volatile(dp, sp, len);
+                            }
+                        }
+                        assert!(dst[..d].iter().all(|b| *b == 0));
+                        assert_eq!(dst[d..d + len], src[so..so + len]);
+                        assert!(dst[d + len..].iter().all(|b| *b == 0));
+                    }
+                }
+            }
         }
     }
 }
