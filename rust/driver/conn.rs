@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The iSER connection and its RDMA CM state machine: connect, poll,
+//! teardown, and the CM events (iser_verbs.c's connection half).
+
+use super::*;
+
+/// The state of an iSER connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Resolving and connecting.
+    Connecting,
+    /// Connected.
+    Up,
+    /// Connecting failed.
+    Failed,
+    /// Being torn down (or lost).
+    Terminating,
+}
+
+pub(super) struct State {
+    pub(super) phase: Phase,
+    /// The CM id until the QP is made on it.
+    pub(super) pending: Option<CmId<IserConn>>,
+    /// The RDMA resources (and the CM id) are gone: set by whichever of
+    /// `ep_disconnect` and the device-removal handler freed them.
+    pub(super) released: bool,
+}
+
+/// An iSER connection: what an iSCSI endpoint stands for.
+#[pin_data]
+pub(crate) struct IserConn {
+    #[pin]
+    pub(super) state: Mutex<State>,
+    #[pin]
+    pub(super) cv: CondVar,
+    #[pin]
+    pub(super) bound: ConnSlot,
+    pub(super) res: SetOnce<Pin<KBox<Revocable<Res>>>>,
+    pub(super) dst: SocketAddrV4,
+    pub(super) params: Params,
+    /// Established and not torn down: what atomic paths check.
+    pub(super) up: AtomicBool,
+    /// A discovery session's connection.
+    pub(super) discovery: AtomicBool,
+    /// Data bytes each full-feature receive holds: what the login declared
+    /// (as far as riser allows), fixed at the last login request.
+    pub(super) recv_size: AtomicU32,
+    /// A Logout Response arrived: the target will close the connection.
+    pub(super) logged_out: AtomicBool,
+    /// Text responses received (discovery).
+    pub(super) text_rsps: AtomicU32,
+    /// Commands sent with an unregistered buffer (always_register=0).
+    pub(super) unreg_cmds: AtomicU64,
+    /// SCSI data octets written and read through this connection.
+    pub(super) tx_octets: AtomicU64,
+    pub(super) rx_octets: AtomicU64,
+    pub(super) failed: AtomicBool,
+    /// The clock of the async-message limit.
+    pub(super) born: Instant<Monotonic>,
+    /// Start (milliseconds after `born`) of the current one-second window
+    /// of the async-message limit, and the async messages seen in it. Only
+    /// the receive path (one CQ, serialised) uses them.
+    pub(super) async_window: AtomicI64,
+    pub(super) async_count: AtomicU32,
+}
+
+impl IserConn {
+    pub(super) fn connect(dst: SocketAddrV4) -> Result<Arc<Self>> {
+        let params = crate::params::current()?;
+        let c = Arc::pin_init(
+            pin_init!(IserConn {
+                state <- new_mutex!(State {
+                    phase: Phase::Connecting,
+                    pending: None,
+                    released: false,
+                }),
+                cv <- new_condvar!(),
+                bound <- ConnSlot::new(),
+                res: SetOnce::default(),
+                dst,
+                params,
+                up: AtomicBool::new(false),
+                discovery: AtomicBool::new(false),
+                recv_size: AtomicU32::new(0),
+                logged_out: AtomicBool::new(false),
+                text_rsps: AtomicU32::new(0),
+                unreg_cmds: AtomicU64::new(0),
+                tx_octets: AtomicU64::new(0),
+                rx_octets: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                born: Instant::now(),
+                async_window: AtomicI64::new(0),
+                async_count: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(c.clone())?;
+        let mut st = c.state.lock();
+        // Resolve under the lock so the handler finds the id in place.
+        let id = st.pending.insert(id);
+        if let Err(e) = id.resolve_addr(dst, RESOLVE_TIMEOUT_MS) {
+            let id = st.pending.take();
+            drop(st);
+            drop(id);
+            pr_err!("cannot resolve {}: {:?}\n", Addr(dst), e);
+            return Err(e);
+        }
+        drop(st);
+        Ok(c)
+    }
+
+    pub(super) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    pub(super) fn res(&self) -> Option<kernel::revocable::RevocableGuard<'_, Res>> {
+        self.res.as_ref()?.try_access()
+    }
+
+    pub(super) fn poll(&self, timeout_ms: u32) -> Result<bool> {
+        let mut st = self.state.lock();
+        if st.phase == Phase::Connecting {
+            let _ = self
+                .cv
+                .wait_interruptible_timeout(&mut st, msecs_to_jiffies(timeout_ms));
+        }
+        match st.phase {
+            Phase::Up => Ok(true),
+            Phase::Connecting => Ok(false),
+            Phase::Failed | Phase::Terminating => Err(ENOTCONN),
+        }
+    }
+
+    /// Tears the connection down: no waiting on the network, idempotent.
+    pub(super) fn terminate(&self) {
+        {
+            // After a logout, let the target close first: disconnecting at
+            // once can flush the target's Logout Response send, which LIO
+            // mishandles (it warns, and has crashed on teardown, with
+            // ib_iser too). Bounded, and only after a logout, so failover
+            // never waits on the network here.
+            let mut st = self.state.lock();
+            if self.logged_out.load(Ordering::Acquire) && st.phase == Phase::Up {
+                let _ = self
+                    .cv
+                    .wait_interruptible_timeout(&mut st, msecs_to_jiffies(LOGOUT_GRACE_MS));
+            }
+        }
+        self.up.store(false, Ordering::Release);
+        let texts = self.text_rsps.swap(0, Ordering::Relaxed);
+        if texts > 0 && self.discovery.load(Ordering::Relaxed) {
+            pr_info!(
+                "discovery of {}: {} text responses\n",
+                Addr(self.dst),
+                texts
+            );
+        }
+        if let Some(res) = self.res() {
+            let (remote, local) = (
+                res.remote_invs.load(Ordering::Relaxed),
+                res.local_invs.load(Ordering::Relaxed),
+            );
+            if remote + local > 0 {
+                pr_info!(
+                    "connection to {}: {} registrations invalidated by the target, {} by riser\n",
+                    Addr(self.dst),
+                    remote,
+                    local
+                );
+            }
+        }
+        let n = self.unreg_cmds.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            pr_info!(
+                "connection to {}: {} commands sent with unregistered buffers\n",
+                Addr(self.dst),
+                n
+            );
+        }
+        {
+            let mut st = self.state.lock();
+            if st.phase != Phase::Failed {
+                st.phase = Phase::Terminating;
+            }
+            self.cv.notify_all();
+        }
+        self.release();
+    }
+
+    /// Frees the RDMA resources: the QP (drained first), CQ, MRs, buffers,
+    /// the device context and the CM id. Returns when they are gone, also
+    /// when another thread freed them: `ep_disconnect` and the CM's
+    /// device-removal handler may both get here.
+    pub(super) fn release(&self) {
+        // Destroying the id waits for its handler, which takes the state
+        // lock: done outside it. (In the device-removal handler, dropping
+        // the id gives it to the CM instead.)
+        let pending = self.state.lock().pending.take();
+        drop(pending);
+        let mine = match self.res.as_ref() {
+            // Waits for fast-path users, then drops the resources, which
+            // drains the QP and drops the id last.
+            Some(r) => r.revoke(),
+            None => true,
+        };
+        let mut st = self.state.lock();
+        if mine {
+            st.released = true;
+            self.cv.notify_all();
+        } else {
+            // The other one is dropping them: wait until it is done.
+            while !st.released {
+                self.cv.wait(&mut st);
+            }
+        }
+    }
+
+    /// The connection failed under libiscsi: hand recovery to iscsid.
+    pub(super) fn fail(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
+        }
+        self.bound.with(|c| c.failure());
+    }
+
+    /// Makes the connection's resources and connects. On any failure the
+    /// id is dropped here, inside its own handler, which hands it to the CM
+    /// to destroy (see `CmHandler`).
+    pub(super) fn route_resolved(&self, ev: &CmIdRef, st: &mut State) -> Result {
+        let id = st.pending.take().ok_or(EINVAL)?;
+        let ctx = ev
+            .device()
+            .and_then(Client::<Iser>::context_of)
+            .ok_or(ENODEV)
+            .and_then(DevUse::new)?;
+        let caps = ctx.caps;
+        let Some(sizing) = sizing::conn_sizing(
+            &self.params,
+            DEF_XMIT_CMDS_MAX,
+            caps.max_qp_wr,
+            caps.max_fast_reg_page_list_len,
+            false,
+        ) else {
+            pr_err!("the RDMA device's limits are too small for iSER\n");
+            return Err(EINVAL);
+        };
+        let cq = Cq::from_pool(
+            ctx.dev.device(),
+            sizing.cq_entries,
+            -1,
+            PollContext::SoftIrq,
+        )?;
+        let n_dataout = sizing.max_cmds * DATAOUT_SLOTS_PER_CMD;
+        let made = Bufs::new(&ctx.dev, sizing.max_cmds, n_dataout)
+            .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
+        let (bufs, slot) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                pr_err!("cannot allocate the connection's buffers: {:?}\n", e);
+                return Err(e);
+            }
+        };
+        let conn_caps = ConnCaps {
+            max_send_wr: sizing.max_send_wr,
+            max_recv_wr: sizing.max_recv_wr,
+            recv_tags: sizing.max_recv_wr,
+            // Control buffers, task slots, Data-Out headers, and one
+            // signaled LOCAL_INV per MR.
+            send_tags: CTRL_TX + sizing.max_cmds + n_dataout + sizing.max_cmds,
+            mrs: sizing.max_cmds,
+            pages_per_mr: sizing.pages_per_mr,
+            // CAST: a small constant.
+            max_inline: HEADERS_LEN as u32,
+        };
+        let conn = match Connection::new(id, ctx.pd.clone(), cq, conn_caps) {
+            Ok(c) => c,
+            Err((_id, e)) => {
+                pr_err!("cannot make the QP: {:?}\n", e);
+                return Err(e);
+            }
+        };
+        let mut private = [0u8; ISER_CM_HDR_LEN];
+        // Encoding four bytes into four bytes cannot fail.
+        let _ = CmHeader {
+            zbva_not_supported: true,
+            send_w_inv_not_supported: !self.params.always_register,
+        }
+        .encode(&mut private);
+        let rd_atom = u8::try_from(caps.max_qp_rd_atom.min(255)).unwrap_or(u8::MAX);
+        let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
+        let res = Res::new(conn, ctx, sizing, bufs, self.params.always_register);
+        let Ok(res) = slot.write_pin_init(Revocable::new(res));
+        // Populated once: this handler runs once per id for ROUTE_RESOLVED.
+        let _ = self.res.populate(res);
+        connected
+    }
+
+    /// Counts an async message against [`ASYNC_PER_SEC`]; false past it.
+    pub(super) fn async_allowed(&self) -> bool {
+        let w = ratelimit::Window {
+            start_ms: self.async_window.load(Ordering::Relaxed),
+            count: self.async_count.load(Ordering::Relaxed),
+        };
+        let (w, ok) = ratelimit::allow(w, self.born.elapsed().as_millis(), ASYNC_PER_SEC);
+        self.async_window.store(w.start_ms, Ordering::Relaxed);
+        self.async_count.store(w.count, Ordering::Relaxed);
+        ok
+    }
+
+    /// The connection failed, seen from a path that may hold libiscsi's
+    /// session locks: logged now, reported from a workqueue.
+    pub(super) fn fail_later(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
+        }
+        self.bound.fail_later();
+    }
+}
+
+impl CmHandler for IserConn {
+    fn event(&self, id: &CmIdRef, event: CmEvent) {
+        let mut st = self.state.lock();
+        match event {
+            CmEvent::AddrResolved => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Err(e) = id.resolve_route(RESOLVE_TIMEOUT_MS) {
+                    pr_err!("cannot resolve the route to {}: {:?}\n", Addr(self.dst), e);
+                    st.phase = Phase::Failed;
+                    self.cv.notify_all();
+                }
+            }
+            CmEvent::RouteResolved => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Err(e) = self.route_resolved(id, &mut st) {
+                    pr_err!("cannot connect to {}: {:?}\n", Addr(self.dst), e);
+                    st.phase = Phase::Failed;
+                    self.cv.notify_all();
+                }
+            }
+            CmEvent::Established(private) => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if let Some(p) = private {
+                    if let Ok(h) = CmHeader::decode(&p) {
+                        pr_debug!("target CM header: {:?}\n", h);
+                    }
+                }
+                st.phase = Phase::Up;
+                self.up.store(true, Ordering::Release);
+                self.cv.notify_all();
+            }
+            CmEvent::AddrError(s)
+            | CmEvent::RouteError(s)
+            | CmEvent::Rejected(s)
+            | CmEvent::ConnectError(s)
+            | CmEvent::Unreachable(s) => {
+                pr_err!(
+                    "connecting to {} failed: {:?} (status {})\n",
+                    Addr(self.dst),
+                    event,
+                    s
+                );
+                if st.phase == Phase::Connecting {
+                    st.phase = Phase::Failed;
+                }
+                self.cv.notify_all();
+                drop(st);
+                self.fail("connection error");
+            }
+            CmEvent::DeviceRemoval => {
+                // The device goes once every connection on it is gone, and
+                // iscsid may not be there to end this one: fail it (iscsid,
+                // if alive, recovers the session through another
+                // connection) and free its RDMA resources now, CM id
+                // included. Later calls from libiscsi find nothing.
+                let was_up = st.phase == Phase::Up;
+                self.up.store(false, Ordering::Release);
+                st.phase = match st.phase {
+                    Phase::Connecting | Phase::Failed => Phase::Failed,
+                    _ => Phase::Terminating,
+                };
+                self.cv.notify_all();
+                drop(st);
+                pr_warn!(
+                    "RDMA device of the connection to {} removed: freeing its resources\n",
+                    Addr(self.dst)
+                );
+                if was_up && !self.logged_out.load(Ordering::Acquire) {
+                    self.fail("RDMA device removed");
+                }
+                self.release();
+            }
+            CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
+                let was_up = st.phase == Phase::Up;
+                self.up.store(false, Ordering::Release);
+                match st.phase {
+                    Phase::Connecting => st.phase = Phase::Failed,
+                    Phase::Up => st.phase = Phase::Terminating,
+                    _ => {}
+                }
+                self.cv.notify_all();
+                drop(st);
+                // After a logout the target closing is the expected end.
+                if was_up && !self.logged_out.load(Ordering::Acquire) {
+                    self.fail(match event {
+                        CmEvent::AddrChange => "address changed",
+                        _ => "disconnected by the target",
+                    });
+                }
+            }
+            CmEvent::Other(n) => pr_debug!("CM event {} ignored\n", n),
+        }
+    }
+}

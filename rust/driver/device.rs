@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The per-device context: the PD connections on a device share, made by
+//! the first and freed with the last, and the `ib_client` that tracks devices
+//! (as ib_iser's iser_verbs.c does for its device list).
+
+use super::*;
+
+/// What riser keeps for an RDMA device while connections use it: its PD,
+/// shared by those connections, and its limits.
+pub(crate) struct DevCtx {
+    pub(super) dev: DeviceRef,
+    pub(super) pd: Arc<Pd>,
+    pub(super) caps: DeviceCaps,
+}
+
+/// riser's per-device slot (the `ib_client` context): the device context,
+/// made by the first connection on the device and freed with the last.
+#[pin_data]
+pub(crate) struct DevSlot {
+    pub(super) dev: DeviceRef,
+    #[pin]
+    pub(super) ctx: Mutex<DevUsers>,
+}
+
+pub(super) struct DevUsers {
+    pub(super) ctx: Option<Arc<DevCtx>>,
+    pub(super) users: usize,
+}
+
+/// A connection's use of a device context; dropping it (in process context)
+/// frees the context with the last user.
+pub(crate) struct DevUse {
+    pub(super) ctx: Arc<DevCtx>,
+    pub(super) slot: Arc<DevSlot>,
+}
+
+impl DevUse {
+    pub(super) fn new(slot: Arc<DevSlot>) -> Result<Self> {
+        let mut g = slot.ctx.lock();
+        let ctx = match &g.ctx {
+            Some(c) => c.clone(),
+            None => {
+                let dev = slot.dev.device();
+                let pd = if crate::params::current()?.always_register {
+                    Pd::new(dev)?
+                } else {
+                    Pd::new_with_global_rkey(dev)?
+                };
+                let c = Arc::new(
+                    DevCtx {
+                        dev: slot.dev.clone(),
+                        pd: Arc::new(pd, GFP_KERNEL)?,
+                        caps: dev.caps(),
+                    },
+                    GFP_KERNEL,
+                )?;
+                g.ctx = Some(c.clone());
+                c
+            }
+        };
+        g.users += 1;
+        drop(g);
+        Ok(Self { ctx, slot })
+    }
+}
+
+impl core::ops::Deref for DevUse {
+    type Target = DevCtx;
+
+    fn deref(&self) -> &DevCtx {
+        &self.ctx
+    }
+}
+
+impl Drop for DevUse {
+    fn drop(&mut self) {
+        let last = {
+            let mut g = self.slot.ctx.lock();
+            g.users -= 1;
+            if g.users == 0 {
+                g.ctx.take()
+            } else {
+                None
+            }
+        };
+        if last.is_some() {
+            pr_debug!("last connection on the device gone: its PD is freed\n");
+        }
+    }
+}
+
+impl ClientDriver for Iser {
+    type Context = Arc<DevSlot>;
+    const NAME: &'static CStr = c"riser";
+
+    fn add(dev: &Device) -> Result<KBox<Arc<DevSlot>>> {
+        let dev = DeviceRef::new(dev)?;
+        let slot = Arc::pin_init(
+            pin_init!(DevSlot {
+                dev,
+                ctx <- new_mutex!(DevUsers { ctx: None, users: 0 }),
+            }),
+            GFP_KERNEL,
+        )?;
+        KBox::new(slot, GFP_KERNEL).map_err(Into::into)
+    }
+
+    fn remove(dev: &Device, slot: &Arc<DevSlot>) {
+        pr_debug!(
+            "device {} going away ({} connections on it)\n",
+            BStr::from_bytes(dev.name().as_bytes()),
+            slot.ctx.lock().users
+        );
+    }
+}

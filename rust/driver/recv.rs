@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The receive path and the completions: a PDU from the target is
+//! validated, handed to libiscsi and its buffer reposted; send completions
+//! release what their work requests held (iser_initiator.c's receive half).
+
+use super::*;
+
+impl IserConn {
+    /// Handles one receive (softirq): validate, hand to libiscsi, repost.
+    pub(super) fn received(&self, res: &Res, tag: u32, wc: Wc) {
+        let (buf, copy, ff) = if tag == 0 {
+            (&res.login_rx, &res.login_copy, false)
+        } else {
+            let ring = res.ff_rx.as_ref();
+            let Some((b, c)) = ring.and_then(|r| Some((r.bufs.get(tag as usize - 1)?, &r.copy)))
+            else {
+                self.fail("receive completion for an unknown buffer");
+                return;
+            };
+            (b, c, true)
+        };
+        match copy.with(buf, wc.byte_len, |bytes| self.deliver(res, bytes, wc)) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => self.fail(why),
+            Err(_) => self.fail("receive buffer unreadable"),
+        }
+        if ff {
+            // One repost per completion: a receive fewer, and the target's
+            // next PDU meets an RNR.
+            if let Err(e) = res.conn.post_recv(tag, buf) {
+                if self.is_up() {
+                    // One receive fewer than the target may send: its next
+                    // PDUs would stall the connection (RNR). Fail it now.
+                    pr_err!("cannot repost a receive: {:?}\n", e);
+                    self.fail("cannot repost a receive");
+                }
+            }
+        }
+    }
+
+    pub(super) fn deliver(
+        &self,
+        res: &Res,
+        bytes: &[u8],
+        wc: Wc,
+    ) -> core::result::Result<(), &'static str> {
+        let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
+            Ok(p) => p,
+            Err(e) => {
+                pr_err!("bad PDU from the target ({} bytes): {:?}\n", wc.byte_len, e);
+                return Err("malformed PDU");
+            }
+        };
+        if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
+            pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
+            return Err("Data-In or R2T over iSER");
+        }
+        // libiscsi builds ITTs in host byte order (get_itt()).
+        let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
+        let foreign = |rkey: u32| {
+            pr_err!(
+                "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+                rkey,
+                pdu.opcode,
+                pdu.itt
+            );
+            "foreign remote invalidation"
+        };
+        if let Some(rkey) = wc.invalidated {
+            // Only the rkey of the task this response answers: any other
+            // would end another command's registration under it.
+            let ok = pdu.opcode == TargetOpcode::ScsiResponse
+                && res.remote_inv
+                && res.conn.mr_valid(idx)
+                && res.conn.mr_rkey(idx) == Some(rkey);
+            if !ok {
+                return Err(foreign(rkey));
+            }
+        }
+        // The reference that held the command while the target could reach
+        // its memory: dropped once libiscsi has the response.
+        let mut done_ref = None;
+        if pdu.opcode == TargetOpcode::ScsiResponse {
+            // Fails only when riser's own LOCAL_INV cannot be posted (the
+            // target invalidated nothing).
+            done_ref = res.response_arrived(idx, pdu.itt, wc.invalidated.is_some())?;
+        }
+        if wc.invalidated.is_some() {
+            res.conn.mr_invalidated(idx);
+        }
+        if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
+            pr_err!(
+                "target sent more than {} async messages in a second\n",
+                ASYNC_PER_SEC
+            );
+            return Err("async message flood");
+        }
+        let mut bhs = [0u8; 48];
+        bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
+        let data = &bytes[pdu.data.clone()];
+        match pdu.opcode {
+            TargetOpcode::TextResponse => {
+                self.text_rsps.fetch_add(1, Ordering::Relaxed);
+            }
+            TargetOpcode::LogoutResponse => {
+                // libiscsi takes a Logout Response for any management ITT:
+                // only the answer to riser's own Logout Request ends the
+                // session (then the target's disconnect is no failure).
+                let ours = res
+                    .track
+                    .lock()
+                    .logout_itt
+                    .take_if(|i| *i == pdu.itt)
+                    .is_some();
+                if !ours {
+                    pr_err!(
+                        "target sent a Logout Response for ITT {:#x}, which answers no Logout Request\n",
+                        pdu.itt
+                    );
+                    return Err("Logout Response without a logout");
+                }
+                self.logged_out.store(true, Ordering::Release);
+            }
+            TargetOpcode::TmfResponse => {
+                // It carries no data (RFC 7143 11.6); libiscsi refuses one
+                // that does, which a held one (handed on without its data)
+                // would get past.
+                if !data.is_empty() {
+                    pr_err!(
+                        "target sent a TMF Response with {} bytes of data\n",
+                        data.len()
+                    );
+                    return Err("TMF Response with data");
+                }
+                let req = res.track.lock().tmf.take_if(|r| r.itt == pdu.itt);
+                // Held back until the commands it ended are out of the
+                // target's reach; the last invalidation hands it on.
+                if let Some(req) = req {
+                    if res.tmf_response(req, &bhs)? {
+                        return Ok(());
+                    }
+                }
+            }
+            _ => {}
+        }
+        if pdu.opcode == TargetOpcode::LoginResponse
+            && login::login_ok(&bhs)
+            && login::enters_full_feature(&bhs)
+        {
+            if res.ff_posted.swap(true, Ordering::AcqRel) {
+                pr_err!("target sent a second full-feature Login Response\n");
+                return Err("second full-feature Login Response");
+            }
+            // Post the full-feature receives before libiscsi sees the last
+            // login response, so the target's first PDU finds one.
+            let Some(bufs) = res.ff_rx.as_ref() else {
+                return Err("full feature phase without receive buffers");
+            };
+            for (i, b) in bufs.bufs.iter().enumerate() {
+                // CAST: the count came from a u32.
+                if res.conn.post_recv(1 + i as u32, b).is_err() {
+                    return Err("cannot post the full-feature receives");
+                }
+            }
+        }
+        let r = match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
+            Some(Err(_)) => Err("libiscsi rejected a PDU"),
+            _ => Ok(()),
+        };
+        // libiscsi has completed the command (or refused the response): the
+        // task is freed once this last reference goes.
+        drop(done_ref);
+        r
+    }
+
+    /// Hands a held TMF Response to libiscsi (completion context).
+    pub(super) fn deliver_held(&self, bhs: [u8; 48]) {
+        if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(&bhs, &[])) {
+            self.fail("libiscsi rejected a PDU");
+        }
+    }
+}
+
+impl QpHandler for IserConn {
+    fn recv_done(&self, tag: u32, wc: Wc) {
+        let Some(res) = self.res() else {
+            return;
+        };
+        if !wc.ok() {
+            if !wc.flushed() {
+                pr_err!("receive failed with status {}\n", wc.status);
+                self.fail("receive error");
+            }
+            return;
+        }
+        self.received(&res, tag, wc);
+    }
+
+    fn send_done(&self, tag: u32, wc: Wc) {
+        if !wc.ok() && !wc.flushed() {
+            pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
+            self.fail("send error");
+        }
+        if tag == UNSIGNALED_TAG {
+            return;
+        }
+        let Some(res) = self.res() else {
+            // Being torn down: what the tags held goes with the resources,
+            // after the QP and MRs are destroyed.
+            return;
+        };
+        let cmds = res.cmds();
+        let inv_base = res.inv_tag(0);
+        let (done, ended, held) = {
+            let mut t = res.track.lock();
+            let (done, ended) = if tag >= inv_base {
+                let idx = (tag - inv_base) as usize;
+                match t.inflight.get_mut(idx) {
+                    // A flushed or failed LOCAL_INV leaves the rkey valid:
+                    // the reference stays until the MR is destroyed.
+                    Some(f) if wc.ok() => (f.mr.take().map(|(_, r)| r), None),
+                    _ => (None, None),
+                }
+            } else {
+                t.send_completed(tag)
+            };
+            (done, ended, t.release_held())
+        };
+        // The last send of a command that ended: its LOCAL_INV may go.
+        if let Some(Err(why)) = ended.filter(|_| wc.ok()).map(|i| res.invalidate(i)) {
+            self.fail(why);
+        }
+        if (CTRL_TX + cmds..inv_base).contains(&tag) {
+            // The list has room for every slot: it was made with all of them.
+            let _ = res
+                .dataout_free
+                .lock()
+                .push(tag - CTRL_TX - cmds, GFP_ATOMIC);
+            res.dataout_avail.fetch_add(1, Ordering::AcqRel);
+        }
+        // Outside the lock: the last reference frees the task.
+        drop(done);
+        if let Some(bhs) = held {
+            self.deliver_held(bhs);
+        }
+    }
+}

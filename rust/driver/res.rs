@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A connected iSER connection's resources: the QP, its buffers and the
+//! command bookkeeping, made when the route resolves and dropped at teardown.
+
+use super::*;
+
+/// The resources of a connected iSER connection. Dropping it (after the
+/// revocation that stops every fast-path user) disconnects, drains and
+/// destroys the QP (`conn` is the first field), then frees the buffers.
+#[pin_data]
+pub(super) struct Res {
+    pub(super) conn: Connection<IserConn>,
+    pub(super) dev: DevUse,
+    pub(super) sizing: ConnSizing,
+    /// Buffers of control PDUs that carry data (login, text, NOP-Out with
+    /// ping data), sent on tags `0..CTRL_TX`.
+    pub(super) ctrl_tx: KVec<Arc<DmaBuf>>,
+    pub(super) login_rx: Arc<DmaBuf>,
+    /// Where a login or text response is parsed from.
+    pub(super) login_copy: RxCopy,
+    /// One header buffer per task slot: command and control PDUs.
+    pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
+    /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
+    pub(super) dataout: KVec<Arc<DmaBuf>>,
+    #[pin]
+    pub(super) dataout_free: SpinLockIrq<KVec<u32>>,
+    /// Free Data-Out headers not reserved by a command being sent: a WRITE
+    /// reserves all it needs before anything of it is posted.
+    pub(super) dataout_avail: AtomicU32,
+    /// What the target can still reach of each command, and the references
+    /// that hold the commands until it cannot.
+    #[pin]
+    pub(super) track: SpinLockIrq<Track>,
+    pub(super) ff_rx: SetOnce<RxBufs>,
+    /// The full-feature receives were posted (once: a second full-feature
+    /// Login Response is refused).
+    pub(super) ff_posted: AtomicBool,
+    /// The target may invalidate our rkeys with SEND_WITH_INV.
+    pub(super) remote_inv: bool,
+    /// Command SENDs whose PDU went inline: one in `signal_interval` is
+    /// signaled (`proto::sizing::signal_interval`).
+    pub(super) inline_sends: AtomicU32,
+    /// Registrations the target invalidated with its response, and those
+    /// riser invalidated itself (LOCAL_INV) before completing the command.
+    pub(super) remote_invs: AtomicU64,
+    pub(super) local_invs: AtomicU64,
+    pub(super) signal_interval: u32,
+}
+
+/// A copy of a completed receive, for the CPU to parse the PDU from: a
+/// receive buffer is DMA memory, which is only ever copied out of (see
+/// [`DmaBuf`]). One per set of receive buffers, as large as one of them;
+/// its lock, taken for the parse and the hand-off to libiscsi, makes it the
+/// receive path's alone whatever the CQ's polling does. Only the
+/// completion handler takes it, so it is never contended.
+pub(super) struct RxCopy(Pin<KBox<SpinLock<KVVec<u8>>>>);
+
+impl RxCopy {
+    /// A copy for receive buffers of `len` bytes.
+    pub(super) fn new(len: usize) -> Result<Self> {
+        let v = KVVec::from_elem(0u8, len, GFP_KERNEL)?;
+        Ok(Self(KBox::pin_init(new_spinlock!(v), GFP_KERNEL)?))
+    }
+
+    /// Copies the `byte_len` bytes a receive completion reports from `buf`
+    /// and hands them to `f`. The device's count is not trusted: no more
+    /// than the buffer holds is copied (a longer count is then seen by the
+    /// parser as the overrun it is).
+    pub(super) fn with<R>(
+        &self,
+        buf: &DmaBuf,
+        byte_len: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        // CAST: a u32 fits a usize.
+        let n = (byte_len as usize).min(buf.len());
+        let mut copy = self.0.lock();
+        let dst = copy.get_mut(..n).ok_or(EINVAL)?;
+        buf.read(0, dst)?;
+        Ok(f(dst))
+    }
+}
+
+/// The full-feature receive buffers and their copy.
+pub(super) struct RxBufs {
+    pub(super) bufs: KVec<Arc<DmaBuf>>,
+    pub(super) copy: RxCopy,
+}
+
+/// The buffers of a connection, made before its QP.
+pub(super) struct Bufs {
+    pub(super) ctrl_tx: KVec<Arc<DmaBuf>>,
+    pub(super) login_rx: Arc<DmaBuf>,
+    pub(super) login_copy: RxCopy,
+    pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
+    pub(super) dataout: KVec<Arc<DmaBuf>>,
+    pub(super) dataout_free: KVec<u32>,
+    pub(super) track: Track,
+}
+
+impl Bufs {
+    pub(super) fn new(dev: &DeviceRef, cmds: u32, n_dataout: u32) -> Result<Self> {
+        let headers = |n: u32| -> Result<KVec<Arc<DmaBuf>>> {
+            let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+            for _ in 0..n {
+                v.push(DmaBuf::new(dev, HEADERS_LEN, DmaDir::ToDevice)?, GFP_KERNEL)?;
+            }
+            Ok(v)
+        };
+        let mut dataout_free = KVec::with_capacity(n_dataout as usize, GFP_KERNEL)?;
+        for i in (0..n_dataout).rev() {
+            dataout_free.push(i, GFP_KERNEL)?;
+        }
+        let track = Track::new(cmds, CTRL_TX + cmds + n_dataout)?;
+        let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
+        for _ in 0..CTRL_TX {
+            ctrl_tx.push(
+                DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::ToDevice)?,
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Self {
+            ctrl_tx,
+            login_rx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::FromDevice)?,
+            login_copy: RxCopy::new(HEADERS_LEN + LOGIN_DATA)?,
+            tx_hdrs: headers(cmds)?,
+            dataout: headers(n_dataout)?,
+            dataout_free,
+            track,
+        })
+    }
+}
+
+impl Res {
+    pub(super) fn new(
+        conn: Connection<IserConn>,
+        dev: DevUse,
+        sizing: ConnSizing,
+        b: Bufs,
+        remote_inv: bool,
+    ) -> impl PinInit<Self> {
+        pin_init!(Res {
+            conn,
+            dev,
+            sizing,
+            ctrl_tx: b.ctrl_tx,
+            login_rx: b.login_rx,
+            login_copy: b.login_copy,
+            tx_hdrs: b.tx_hdrs,
+            dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
+            dataout: b.dataout,
+            dataout_free <- new_spinlock_irq!(b.dataout_free),
+            track <- new_spinlock_irq!(b.track),
+            ff_rx: SetOnce::default(),
+            ff_posted: AtomicBool::new(false),
+            remote_inv,
+            inline_sends: AtomicU32::new(0),
+            remote_invs: AtomicU64::new(0),
+            local_invs: AtomicU64::new(0),
+            signal_interval: sizing::signal_interval(sizing.max_cmds),
+        })
+    }
+}
+
+/// Send tags `0..CTRL_TX` are the control buffers, then one per task slot,
+/// then the Data-Out headers. Two control buffers: iscsid sends the next
+/// login or text request as soon as the answer to the previous one
+/// arrives, which can be before the completion of that request's SEND has
+/// been reaped (the receive and the send complete on the same CQ, in
+/// either order).
+pub(super) const CTRL_TX: u32 = 2;
+
+impl Res {
+    pub(super) fn task_tag(idx: u32) -> u32 {
+        CTRL_TX + idx
+    }
+
+    /// Commands (task slots) of the connection.
+    pub(super) fn cmds(&self) -> u32 {
+        // CAST: the vectors were sized from u32 counts.
+        self.tx_hdrs.len() as u32
+    }
+
+    pub(super) fn dataout_tag(&self, i: u32) -> u32 {
+        CTRL_TX + self.cmds() + i
+    }
+
+    /// The tag of MR `idx`'s signaled LOCAL_INV.
+    pub(super) fn inv_tag(&self, idx: u32) -> u32 {
+        // CAST: as in `cmds`.
+        CTRL_TX + self.cmds() + self.dataout.len() as u32 + idx
+    }
+
+    pub(super) fn headers(iser: IserHeader, bhs: &[u8; 48]) -> Result<[u8; HEADERS_LEN]> {
+        let mut h = [0u8; HEADERS_LEN];
+        iser.encode(&mut h[..ISER_HDR_LEN]).map_err(|_| EINVAL)?;
+        h[ISER_HDR_LEN..].copy_from_slice(bhs);
+        Ok(h)
+    }
+}

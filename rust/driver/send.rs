@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The send path: control PDUs, SCSI commands with their registration and
+//! immediate data, and unsolicited Data-Outs (iser_initiator.c's send half).
+
+use super::*;
+
+impl Res {
+    /// Sends a login, text, NOP-Out, TMF or logout PDU.
+    pub(super) fn send_control(&self, task: &Task<'_, Iser>) -> Result {
+        let bhs = task.bhs();
+        let r = self.send_control_pdu(task, &bhs);
+        if let Err(e) = r {
+            // iscsid reports only that the PDU could not be sent.
+            pr_warn!(
+                "cannot send control PDU (opcode {:#04x}): {:?}\n",
+                login::opcode(&bhs),
+                e
+            );
+        }
+        r
+    }
+
+    /// Picks the send tag and buffer of a control PDU: the task slot's own
+    /// header buffer when the PDU has no data and the slot's tag is free,
+    /// else a free control buffer. A tag is free when its last SEND has
+    /// completed and no task waits on it (`puts`), so nothing is written
+    /// into a buffer the device may still read.
+    pub(super) fn control_buffer(
+        &self,
+        t: &Track,
+        idx: u32,
+        data_len: usize,
+    ) -> Result<(u32, &Arc<DmaBuf>)> {
+        if data_len > LOGIN_DATA {
+            return Err(EINVAL);
+        }
+        let free = |tag: u32| {
+            self.conn.send_tag_idle(tag) && t.puts.get(tag as usize).is_some_and(Option::is_none)
+        };
+        let own = Self::task_tag(idx);
+        if data_len == 0 && free(own) {
+            return Ok((own, self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?));
+        }
+        (0..CTRL_TX)
+            .zip(self.ctrl_tx.iter())
+            .find(|(tag, _)| free(*tag))
+            .ok_or(EBUSY)
+    }
+
+    pub(super) fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &[u8; 48]) -> Result {
+        let data = task.mgmt_data();
+        let hdrs = Self::headers(IserHeader::default(), bhs)?;
+        // A PDU that expects no response is released by the layer once
+        // sent; this reference keeps its slot (and header buffer) until the
+        // device has read it.
+        let keep = if task.reserved_itt() {
+            Some(task.get_ref().ok_or(EINVAL)?)
+        } else {
+            None
+        };
+        // Held until posted: a send completion releases a tag's task
+        // under this lock.
+        let mut t = self.track.lock();
+        let (tag, buf) = self.control_buffer(&t, task.index(), data.len())?;
+        buf.write(0, &hdrs)?;
+        buf.write(HEADERS_LEN, data)?;
+        if login::opcode(bhs) == login::OP_LOGIN_REQ {
+            // The large login receive is posted for every login round (a
+            // CHAP login takes several); it is still posted if the previous
+            // round had no answer.
+            match self.conn.post_recv(0, &self.login_rx) {
+                Ok(()) | Err(EBUSY) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let sge = buf.sge(0, HEADERS_LEN + data.len(), self.conn.pd())?;
+        self.conn.post_send(&[SendOp::Send {
+            tag,
+            sges: &[sge],
+            keep: Some(buf),
+        }])?;
+        if let Some(r) = keep {
+            let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
+            *slot = Some((r, false));
+        }
+        // What the responses to these end is decided when they arrive.
+        if let Some(req) = tmf::tmf_request(bhs) {
+            t.tmf = Some(req);
+        } else if tmf::is_logout_request(bhs) {
+            t.logout_itt = Some(tmf::itt(bhs));
+        }
+        Ok(())
+    }
+
+    /// Sends a SCSI command: registration, command PDU (with immediate
+    /// data), unsolicited Data-Outs. Says whether the data went
+    /// unregistered, and why the connection must fail if a Data-Out could
+    /// not follow its posted command.
+    ///
+    /// Before anything is posted, the command gets a reference for the
+    /// registration the target is given (dropped once it is invalidated)
+    /// and one for each SEND naming its data (dropped at its completion),
+    /// so libiscsi completes it only when the target can no longer reach
+    /// its memory.
+    pub(super) fn send_command(
+        &self,
+        task: &mut Task<'_, Iser>,
+    ) -> Result<(bool, Option<&'static str>)> {
+        let idx = task.index();
+        let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
+        let dir = task.direction();
+        let len = task.data_len();
+        let mut iser = IserHeader::default();
+        let mut reg = None;
+        // The task slot's MR (MR index == slot index), held while the chain
+        // that maps and registers it is built and posted.
+        let mut claim = None;
+        let mut inv = false;
+        let mut unregistered = false;
+        // The command's MR is registered by this chain.
+        let mut uses_mr = false;
+        match dir {
+            Direction::None => {}
+            Direction::Bidi => {
+                pr_err!("bidirectional commands are not supported over iSER\n");
+                return Err(EINVAL);
+            }
+            Direction::Read | Direction::Write => {
+                if len == 0 {
+                    return Err(EINVAL);
+                }
+                if task.mapping().is_none() {
+                    task.map_data(&self.dev.dev)?;
+                }
+                let sg = task.mapping().ok_or(EINVAL)?;
+                // A write whose data all goes as immediate data is sent by
+                // this side alone: the target gets no STag, so one segment
+                // needs no registration, only the local DMA lkey (as
+                // ib_iser does).
+                let all_imm = dir == Direction::Write && task.imm_count() >= len;
+                let local = all_imm.then(|| sg.local_only(&self.dev.pd)).flatten();
+                // The global rkey is looked at only when the target must
+                // reach the buffer.
+                let r = if let Some(r) = local {
+                    r
+                } else if let Some(r) = sg.unregistered(&self.dev.pd) {
+                    // always_register=0 and one segment: no MR at all.
+                    unregistered = true;
+                    r
+                } else {
+                    // A registration the target was given is invalidated
+                    // before its task is freed; one for local sends only
+                    // (no remote access) is invalidated here, chained
+                    // before the next registration.
+                    let mr = claim.insert(self.conn.claim_mr(idx)?);
+                    inv = self.conn.mr_valid(idx);
+                    uses_mr = true;
+                    mr.map(sg)?
+                };
+                if r.len() < len {
+                    return Err(EINVAL);
+                }
+                if dir == Direction::Read {
+                    iser.read = Some(StagVa {
+                        stag: r.rkey(),
+                        va: r.iova(),
+                    });
+                } else {
+                    // Immediate data plus unsolicited Data-Outs: the target
+                    // RDMA-READs only what follows them.
+                    let unsol = task.imm_count().saturating_add(task.unsol_len()).min(len);
+                    if unsol < len {
+                        iser.write = Some(StagVa {
+                            stag: r.rkey(),
+                            va: r.iova() + u64::from(unsol),
+                        });
+                    }
+                }
+                reg = Some(r);
+            }
+        }
+        // What the registration lets the target do: a write whose data all
+        // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
+        // MR no remote access. Otherwise the target holds an rkey it can use
+        // until it is invalidated.
+        let access = if iser.read.is_some() {
+            Access::RemoteWrite
+        } else if iser.write.is_some() {
+            Access::RemoteRead
+        } else {
+            Access::Local
+        };
+        let remote_key = uses_mr && access != Access::Local;
+        let hdrs = Self::headers(iser, &task.bhs())?;
+        let imm = task.imm_count();
+        // A PDU without immediate data goes inline when the QP takes it: the
+        // provider copies it while posting, so the SEND needs no completion
+        // to protect a buffer (only a buffer the device still reads must
+        // wait for one), and only one in `signal_interval` is signaled, for
+        // the send queue's sake. Immediate data is sent from the SCSI buffer.
+        let with_imm = dir == Direction::Write && imm > 0;
+        let inline = !with_imm && self.conn.max_inline() as usize >= HEADERS_LEN;
+        let tag = Self::task_tag(idx);
+        if !inline && !self.conn.send_tag_idle(tag) {
+            // The slot's last SEND is still being read by the device: its
+            // header buffer cannot be written yet (libiscsi requeues).
+            return Err(EAGAIN);
+        }
+        let one;
+        let two;
+        let sges: &[Sge<'_>] = if inline {
+            &[]
+        } else {
+            hdr_buf.write(0, &hdrs)?;
+            let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
+            match reg {
+                Some(r) if with_imm => {
+                    two = [head, r.sge(0, imm)?];
+                    &two
+                }
+                _ => {
+                    one = [head];
+                    &one
+                }
+            }
+        };
+        // Reserve the Data-Out headers first: once the command is posted,
+        // its Data-Outs must go out.
+        let dataouts = if dir == Direction::Write {
+            Self::dataouts_needed(task)?
+        } else {
+            0
+        };
+        if dataouts > 0
+            && self
+                .dataout_avail
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                    a.checked_sub(dataouts)
+                })
+                .is_err()
+        {
+            return Err(EAGAIN);
+        }
+        // The references, before anything is posted: once it is, a response
+        // on another CPU may complete the command.
+        let refs = self.hold_command(task, remote_key, with_imm, dataouts);
+        if let Err(e) = refs {
+            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            return Err(e);
+        }
+        let send = if inline {
+            let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
+            SendOp::InlineSend {
+                tag: (n % self.signal_interval == 0).then_some(tag),
+                bytes: &hdrs,
+            }
+        } else {
+            SendOp::Send {
+                tag,
+                sges,
+                keep: Some(hdr_buf),
+            }
+        };
+        let reg_op = reg
+            .filter(|_| uses_mr)
+            .map(|reg| SendOp::Reg { reg, access });
+        // The chain, and where the registration is in it.
+        let (posted, reg_at) = match (inv, reg_op) {
+            (true, Some(reg_op)) => (
+                self.conn
+                    .post_chain(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send]),
+                Some(1),
+            ),
+            (false, Some(reg_op)) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
+            _ => (self.conn.post_chain(&[send]), None),
+        };
+        if let Err((e, n)) = posted {
+            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+            if remote_key && reg_at.is_some_and(|r| n > r) {
+                // The registration went out and the command did not: the
+                // target never got the key, but keys are guessable, and it
+                // stays valid until invalidated. The command keeps the
+                // reference for it, and is reported sent: the connection
+                // fails (the caller says why), recovery gives the command
+                // back, and the reference goes with the MRs at teardown.
+                self.unhold_command(idx, false, with_imm);
+                return Ok((unregistered, Some("cannot post a command")));
+            }
+            self.unhold_command(idx, remote_key, with_imm);
+            return Err(e);
+        }
+        let broken = match (reg, dataouts > 0) {
+            (Some(r), true) => self.send_dataouts(task, &r, dataouts),
+            _ => None,
+        };
+        Ok((unregistered, broken))
+    }
+
+    /// How many unsolicited Data-Out PDUs a WRITE needs.
+    pub(super) fn dataouts_needed(task: &Task<'_, Iser>) -> Result<u32> {
+        let unsol = task.unsol_len();
+        if unsol == 0 {
+            return Ok(0);
+        }
+        let mxdl = task.max_xmit_dlength();
+        if mxdl == 0 {
+            return Err(EINVAL);
+        }
+        Ok(unsol.div_ceil(mxdl))
+    }
+
+    /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
+    /// posted, with the `reserved` headers its sender set aside. Nothing can
+    /// be taken back now: a failure fails the connection (libiscsi recovers
+    /// the command) instead of returning an error that would requeue it.
+    /// Each Data-Out holds a reference on the task until its SEND completed,
+    /// so the data stays mapped while the device reads it.
+    pub(super) fn send_dataouts(
+        &self,
+        task: &Task<'_, Iser>,
+        r: &Registration<'_>,
+        reserved: u32,
+    ) -> Option<&'static str> {
+        let idx = task.index() as usize;
+        let mut left = reserved;
+        let failed = loop {
+            let Some(d) = task.next_data_out() else {
+                break None;
+            };
+            if left == 0 {
+                task.data_out_failed();
+                break Some("more Data-Outs than reserved");
+            }
+            let Some(slot) = self.dataout_free.lock().pop() else {
+                task.data_out_failed();
+                break Some("no Data-Out header free");
+            };
+            let Some(tref) = task.get_ref() else {
+                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
+                task.data_out_failed();
+                break Some("task gone while sending its Data-Outs");
+            };
+            left -= 1;
+            let tag = self.dataout_tag(slot);
+            {
+                let mut t = self.track.lock();
+                if let Some(p) = t.puts.get_mut(tag as usize) {
+                    *p = Some((tref, true));
+                }
+                if let Some(f) = t.inflight.get_mut(idx) {
+                    f.sends += 1;
+                    f.unsent = f.unsent.saturating_sub(1);
+                }
+            }
+            let buf = &self.dataout[slot as usize];
+            let sent = Self::headers(IserHeader::default(), &d.bhs)
+                .and_then(|hdrs| buf.write(0, &hdrs))
+                .and_then(|()| {
+                    if fault::hit(Site::PostDataOut) {
+                        return Err(EIO);
+                    }
+                    let sges = [
+                        buf.sge(0, HEADERS_LEN, self.conn.pd())?,
+                        r.sge(d.offset, d.len)?,
+                    ];
+                    self.conn.post_send(&[SendOp::Send {
+                        tag,
+                        sges: &sges,
+                        keep: Some(buf),
+                    }])
+                });
+            if sent.is_err() {
+                let back = {
+                    let mut t = self.track.lock();
+                    // Not sent after all: should the command have ended,
+                    // its LOCAL_INV goes below, once `unsent` is settled.
+                    if let Some(f) = t.inflight.get_mut(idx) {
+                        f.unsent += 1;
+                    }
+                    t.send_completed(tag).0
+                };
+                drop(back);
+                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
+                left += 1;
+                task.data_out_failed();
+                break Some("cannot post a Data-Out");
+            }
+            task.data_out_sent(&d);
+        };
+        // Give back what was reserved and not used.
+        self.dataout_avail.fetch_add(left, Ordering::AcqRel);
+        let ended = {
+            let mut t = self.track.lock();
+            if let Some(f) = t.inflight.get_mut(idx) {
+                f.unsent = 0;
+            }
+            // CAST: slot indexes fit a u32.
+            t.end_sending(idx as u32)
+        };
+        match ended.map(|i| self.invalidate(i)) {
+            Some(Err(why)) => failed.or(Some(why)),
+            _ => failed,
+        }
+    }
+}
