@@ -6,7 +6,7 @@ use crate::bindings;
 use core::{
     marker::PhantomData,
     net::{Ipv4Addr, Ipv6Addr},
-    ptr::null_mut,
+    ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
@@ -138,6 +138,64 @@ impl Device {
             }
         }
         Ok(out)
+    }
+}
+
+/// A counted reference on an RDMA device: the device stays registered (its
+/// unregistration waits) until every reference is dropped.
+///
+/// # Invariants
+///
+/// `ptr` points to an `ib_device` on which this value holds one reference
+/// taken with `ib_device_try_get`.
+pub(crate) struct DeviceRef {
+    ptr: NonNull<bindings::ib_device>,
+}
+
+// SAFETY: A device reference may be used and released from any thread.
+unsafe impl Send for DeviceRef {}
+// SAFETY: Shared references only read the device.
+unsafe impl Sync for DeviceRef {}
+
+impl DeviceRef {
+    /// Takes a reference on `dev`; fails with `ENODEV` once the device is
+    /// being unregistered.
+    pub(crate) fn new(dev: &Device) -> Result<Self> {
+        // SAFETY: `dev` is a registered device (type invariant of `Device`).
+        if !unsafe { bindings::riser_ib_device_try_get(dev.as_raw()) } {
+            return Err(ENODEV);
+        }
+        // INVARIANT: the reference was taken just above.
+        Ok(Self {
+            ptr: NonNull::new(dev.as_raw()).ok_or(ENODEV)?,
+        })
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: The reference keeps the device valid (type invariant).
+        unsafe { Device::from_raw(self.ptr.as_ptr()) }
+    }
+
+    pub(super) fn raw(&self) -> *mut bindings::ib_device {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Clone for DeviceRef {
+    fn clone(&self) -> Self {
+        // Taking another reference while holding one cannot fail.
+        // SAFETY: The device is valid and referenced (type invariant).
+        let ok = unsafe { bindings::riser_ib_device_try_get(self.raw()) };
+        debug_assert!(ok);
+        Self { ptr: self.ptr }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: This value holds one reference (type invariant).
+        unsafe { bindings::ib_device_put(self.raw()) };
     }
 }
 

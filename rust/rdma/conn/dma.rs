@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory the device reads or writes: kernel buffers mapped for DMA
+//! ([`DmaBuf`], touched by the CPU only through volatile copies) and SCSI
+//! scatterlists mapped for a command ([`DmaSg`]).
+
+use super::*;
+
+/// The direction of a DMA mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DmaDir {
+    /// The device reads the memory (sends, RDMA READ sources).
+    ToDevice,
+    /// The device writes the memory (receives, RDMA WRITE targets).
+    FromDevice,
+}
+
+impl DmaDir {
+    pub(super) fn raw(self) -> c_int {
+        match self {
+            Self::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE.0,
+            Self::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE.0,
+        }
+    }
+}
+
+/// A kernel buffer mapped for DMA by one RDMA device.
+///
+/// The CPU reaches the buffer's memory only through [`DmaBuf::write`] and
+/// [`DmaBuf::read`], which copy into and out of it with volatile accesses,
+/// and no reference into that memory is ever handed out. Any use from
+/// safe code is therefore sound: two CPUs writing one buffer, or one
+/// writing while another reads (or while the device does), race only on
+/// marked accesses, which the kernel memory model defines (as
+/// `WRITE_ONCE`/`READ_ONCE`): the bytes seen may be a mix, nothing worse.
+/// Whether the bytes make sense (one writer at a time, no write while a
+/// posted work request still reads the buffer) is the driver's concern,
+/// which it meets by giving each buffer to one work request or task at a
+/// time.
+///
+/// # Invariants
+///
+/// `ptr` points to `len` bytes allocated with `KVec` (capacity `len`), mapped
+/// at `addr` on `dev` in direction `dir` until `drop`.
+pub(crate) struct DmaBuf {
+    pub(super) dev: DeviceRef,
+    pub(super) ptr: NonNull<u8>,
+    pub(super) len: usize,
+    pub(super) addr: u64,
+    pub(super) dir: DmaDir,
+}
+
+// SAFETY: The buffer is plain memory owned by the value.
+unsafe impl Send for DmaBuf {}
+// SAFETY: Shared references reach the buffer's memory only with volatile
+// copies (`write`, `read`), never through a Rust reference, so concurrent
+// use from several CPUs has no data race (see the type's documentation);
+// the other fields are not written after construction.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes and maps them on `dev`.
+    pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Arc<Self>> {
+        let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
+        v.resize(len, 0, GFP_KERNEL)?;
+        let (ptr, vlen, cap) = v.into_raw_parts();
+        if vlen != len || cap != len {
+            // SAFETY: The parts came from `into_raw_parts` just above.
+            drop(unsafe { KVec::from_raw_parts(ptr, vlen, cap) });
+            return Err(ENOMEM);
+        }
+        // SAFETY: `ptr` points to `len` bytes owned by this function.
+        let addr =
+            unsafe { bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, dir.raw()) };
+        // SAFETY: `addr` was returned by the mapping just above.
+        if unsafe { bindings::riser_ib_dma_mapping_error(dev.raw(), addr) } != 0 {
+            // SAFETY: The parts came from `into_raw_parts` above.
+            drop(unsafe { KVec::from_raw_parts(ptr, len, len) });
+            return Err(ENOMEM);
+        }
+        // INVARIANT: allocated with capacity `len` and mapped at `addr`.
+        Ok(Arc::new(
+            Self {
+                dev: dev.clone(),
+                ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+                len,
+                addr,
+                dir,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The buffer's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
+    /// DMA lkey; `EINVAL` if the range is not inside the buffer.
+    /// The entry borrows the buffer; a SEND naming it must keep it (see
+    /// [`SendOp::Send`]).
+    pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge<'_>> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        Ok(Sge {
+            addr: self.addr + off as u64,
+            length: u32::try_from(len)?,
+            lkey: pd.local_dma_lkey(),
+            buf: Some(self),
+            _mem: PhantomData,
+        })
+    }
+
+    /// Copies `src` into the buffer at `off` and makes it visible to the
+    /// device.
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> Result {
+        let end = off.checked_add(src.len()).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off..end` is inside the allocation (checked), which is
+        // only ever accessed with volatile copies; `src` is a distinct
+        // borrow, so the ranges do not overlap. The range is mapped at
+        // `addr + off`.
+        unsafe {
+            copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
+            bindings::riser_ib_dma_sync_for_device(
+                self.dev.raw(),
+                self.addr + off as u64,
+                src.len(),
+                self.dir.raw(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Hands the whole buffer (back) to the device, before a receive.
+    pub(super) fn give_to_device(&self) {
+        // SAFETY: The buffer is mapped at `addr` for `len` bytes (type
+        // invariant).
+        unsafe {
+            bindings::riser_ib_dma_sync_for_device(
+                self.dev.raw(),
+                self.addr,
+                self.len,
+                self.dir.raw(),
+            )
+        };
+    }
+
+    /// Makes `dst.len()` bytes at `off`, as the device wrote them, visible
+    /// to the CPU and copies them into `dst`. Only those bytes are synced
+    /// and copied.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> Result {
+        let end = off.checked_add(dst.len()).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off..end` is inside the allocation (checked) and mapped
+        // at `addr + off`; the allocation is only ever accessed with
+        // volatile copies, and `dst` is a distinct, exclusive borrow.
+        unsafe {
+            bindings::riser_ib_dma_sync_for_cpu(
+                self.dev.raw(),
+                self.addr + off as u64,
+                dst.len(),
+                self.dir.raw(),
+            );
+            copy_from_volatile(dst.as_mut_ptr(), self.ptr.as_ptr().add(off), dst.len());
+        }
+        Ok(())
+    }
+}
+
+/// The word the volatile copies move at a time.
+pub(super) const WORD: usize = core::mem::size_of::<usize>();
+
+/// Copies `len` bytes from `src` to `dst`, storing into `dst` only with
+/// volatile writes (bytes up to `dst`'s first word boundary, then aligned
+/// words, then bytes), so that a racing access to `dst` from another CPU,
+/// itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `dst`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - dst.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: Every offset is below `len`: `head + words * WORD <= len`.
+    // Word stores are at `dst`'s word-aligned addresses; the word loads
+    // from `src` may be unaligned and are done as such.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_unaligned();
+            dst.add(i).cast::<usize>().write_volatile(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write_volatile(src.add(i).read());
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, loading from `src` only with
+/// volatile reads (as [`copy_to_volatile`] stores), so that a racing
+/// access to `src` from another CPU, itself volatile, is no data race.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
+/// ranges must not overlap; `src`'s memory must not be accessed other than
+/// with volatile accesses (or by a device) during the call.
+pub(super) unsafe fn copy_from_volatile(dst: *mut u8, src: *const u8, len: usize) {
+    let head = ((WORD - src.addr() % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    // SAFETY: As in `copy_to_volatile`, with the aligned, volatile side
+    // being `src` and the unaligned stores going to `dst`.
+    unsafe {
+        for i in 0..head {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
+        for w in 0..words {
+            let i = head + w * WORD;
+            let v = src.add(i).cast::<usize>().read_volatile();
+            dst.add(i).cast::<usize>().write_unaligned(v);
+        }
+        for i in head + words * WORD..len {
+            dst.add(i).write(src.add(i).read_volatile());
+        }
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: The buffer is mapped at `addr` and was allocated as a
+        // `KVec` of capacity `len` (type invariant); nothing refers to it.
+        unsafe {
+            bindings::riser_ib_dma_unmap_single(
+                self.dev.raw(),
+                self.addr,
+                self.len,
+                self.dir.raw(),
+            );
+            drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
+        }
+    }
+}
+
+/// A scatterlist mapped for DMA (a SCSI command's data).
+///
+/// # Invariants
+///
+/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments, and
+/// stays valid until this value is dropped, which unmaps it.
+pub(crate) struct DmaSg {
+    pub(super) dev: DeviceRef,
+    pub(super) sgl: NonNull<bindings::scatterlist>,
+    pub(super) nents: c_int,
+    pub(super) count: c_int,
+    pub(super) dir: DmaDir,
+}
+
+// SAFETY: The mapping may be released from any thread.
+unsafe impl Send for DmaSg {}
+// SAFETY: Shared references only read the mapping.
+unsafe impl Sync for DmaSg {}
+
+impl DmaSg {
+    /// Maps `nents` entries of `sgl` on `dev`.
+    ///
+    /// # Safety
+    ///
+    /// `sgl` must be a valid scatterlist of `nents` entries that stays valid
+    /// and unchanged until the returned value is dropped.
+    pub(crate) unsafe fn map(
+        dev: &DeviceRef,
+        sgl: *mut bindings::scatterlist,
+        nents: u32,
+        dir: DmaDir,
+    ) -> Result<Self> {
+        let sgl = NonNull::new(sgl).ok_or(EINVAL)?;
+        let nents = c_int::try_from(nents)?;
+        if fault::hit(Site::DmaMap) {
+            return Err(ENOMEM);
+        }
+        // SAFETY: `sgl` is valid for `nents` entries (function contract).
+        let count =
+            unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
+        if count <= 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: mapped just above into `count` segments.
+        Ok(Self {
+            dev: dev.clone(),
+            sgl,
+            nents,
+            count,
+            dir,
+        })
+    }
+
+    /// The number of DMA segments the mapping produced. This, not the
+    /// scatterlist's entry count, is what a registration maps: mapping may
+    /// merge entries (an IOMMU joins contiguous ones), and only the first
+    /// `count` entries carry DMA addresses.
+    pub(crate) fn count(&self) -> u32 {
+        self.count.unsigned_abs()
+    }
+
+    /// A single-segment mapping described without registration: the PD's
+    /// local DMA lkey and its global rkey, at the segment's DMA address
+    /// (ib_iser's `always_register=0`). `None` for several segments or a PD
+    /// without a global rkey.
+    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration<'_>> {
+        let (addr, len) = self.single()?;
+        Some(Registration {
+            rkey: pd.global_rkey()?,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+            mr: None,
+            _sg: PhantomData,
+        })
+    }
+
+    /// A single-segment mapping described for local work requests only:
+    /// the PD's local DMA lkey at the segment's DMA address, and rkey 0, so
+    /// that nothing is offered to the peer. For data the local side sends
+    /// itself (a write's immediate data), which needs no registration.
+    /// `None` for several segments.
+    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration<'_>> {
+        let (addr, len) = self.single()?;
+        Some(Registration {
+            rkey: 0,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+            mr: None,
+            _sg: PhantomData,
+        })
+    }
+
+    /// The DMA address and length of a single-segment mapping.
+    pub(super) fn single(&self) -> Option<(u64, u32)> {
+        if self.count != 1 {
+            return None;
+        }
+        // SAFETY: The mapping is valid (type invariant); the first entry's
+        // DMA fields were set by the mapping.
+        Some(unsafe {
+            let sg = &*self.sgl.as_ptr();
+            (sg.dma_address, sg.dma_length)
+        })
+    }
+}
+
+impl Drop for DmaSg {
+    fn drop(&mut self) {
+        // SAFETY: Mapped with these arguments (type invariant); unmapping
+        // takes the original entry count.
+        unsafe {
+            bindings::riser_ib_dma_unmap_sg(
+                self.dev.raw(),
+                self.sgl.as_ptr(),
+                self.nents,
+                self.dir.raw(),
+            )
+        };
+    }
+}
+
+#[kunit_tests(riser_rdma_conn)]
+mod tests {
+    use super::*;
+
+    /// Both volatile copies move exactly the `len` bytes asked for, and
+    /// nothing around them, at every alignment of either side and every
+    /// length up to a few words.
+    #[test]
+    fn volatile_copies_move_exactly_the_bytes_asked_for() {
+        const N: usize = 4 * WORD + 8;
+        // CAST: indexes below 256.
+        let src: [u8; N] = core::array::from_fn(|i| i as u8 + 1);
+        for so in 0..WORD {
+            for d in 0..WORD {
+                for len in 0..=3 * WORD {
+                    for to in [true, false] {
+                        let mut dst = [0u8; N];
+                        // SAFETY: `so + len` and `d + len` are at most
+                        // `4 * WORD - 2`, inside both arrays, which are
+                        // distinct locals accessed by nothing else.
+                        unsafe {
+                            let (dp, sp) = (dst.as_mut_ptr().add(d), src.as_ptr().add(so));
+                            if to {
+                                copy_to_volatile(dp, sp, len);
+                            } else {
+                                copy_from_volatile(dp, sp, len);
+                            }
+                        }
+                        assert!(dst[..d].iter().all(|b| *b == 0));
+                        assert_eq!(dst[d..d + len], src[so..so + len]);
+                        assert!(dst[d + len..].iter().all(|b| *b == 0));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Fast-registration memory regions, used only through a claim.
+
+use super::*;
+
+/// A fast-registration MR owned by a connection.
+///
+/// # Invariants
+///
+/// `ptr` is a valid MR in the connection's PD until the connection drops it,
+/// after its QP is destroyed. The MR's fields are written (by a mapping) and
+/// read (to register it) only by the holder of `claimed` (an [`MrClaim`]).
+pub(super) struct MrSlot {
+    pub(super) ptr: NonNull<bindings::ib_mr>,
+    /// Held by the [`MrClaim`] that alone may map and register the MR.
+    pub(super) claimed: AtomicBool,
+    /// Registered and not yet invalidated. The state is the MR's, not that
+    /// of the task that registered it: a registration stays valid after
+    /// its task until it is invalidated, so the MR's next user must see it
+    /// (and invalidate it before registering again).
+    pub(super) valid: AtomicBool,
+    /// The key of the last posted registration: what the peer was given
+    /// and what an invalidation names (the MR's own key may already be the
+    /// next one, set by [`MrClaim::map`]).
+    pub(super) reg_rkey: AtomicU32,
+}
+
+impl MrSlot {
+    pub(super) fn new(pd: &Pd, pages: u32) -> Result<Self> {
+        // SAFETY: The PD is valid (type invariant of `Pd`).
+        let p = kernel::error::from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(pd.as_raw(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, pages)
+        })?;
+        // INVARIANT: a valid MR in `pd`, deregistered in `drop`.
+        Ok(Self {
+            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            claimed: AtomicBool::new(false),
+            valid: AtomicBool::new(false),
+            reg_rkey: AtomicU32::new(0),
+        })
+    }
+}
+
+impl Drop for MrSlot {
+    fn drop(&mut self) {
+        // SAFETY: The MR is valid and, the QP being destroyed first (type
+        // invariant of `Connection`), no work request names it.
+        unsafe { bindings::riser_ib_dereg_mr(self.ptr.as_ptr()) };
+    }
+}
+
+/// Exclusive use of one of a [`Connection`]'s MRs, taken with
+/// [`Connection::claim_mr`] and given back when dropped: only its holder
+/// maps the MR ([`MrClaim::map`], which rewrites the MR's keys and page
+/// list) and registers it ([`SendOp::Reg`], with the registration the
+/// mapping returned), so no two CPUs ever do either to one MR at once.
+/// Invalidation ([`SendOp::LocalInv`]) needs no claim: it uses only the
+/// MR's atomic state.
+///
+/// # Invariants
+///
+/// This value holds `slot.claimed`, taken in [`Connection::claim_mr`].
+pub(crate) struct MrClaim<'a> {
+    pub(super) slot: &'a MrSlot,
+}
+
+impl MrClaim<'_> {
+    /// Maps `sg` into the MR with a fresh key: what the peer is told, and
+    /// what [`SendOp::Reg`] registers. The registration borrows the claim
+    /// and `sg`: while it lives the MR is not mapped again and `sg` stays
+    /// mapped.
+    pub(crate) fn map<'s>(&'s mut self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+        if fault::hit(Site::MapMr) {
+            return Err(EINVAL);
+        }
+        let p = self.slot.ptr.as_ptr();
+        // The keys' low byte is the consumer's to rotate; the registration in
+        // the hardware keeps its key (`reg_rkey`) until invalidated.
+        // SAFETY: The MR is valid (type invariant of `MrSlot`), and only the
+        // holder of its claim (this value, borrowed mutably) reads or writes
+        // its fields.
+        unsafe {
+            let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
+            (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
+            (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
+        }
+        let count = c_int::try_from(sg.count())?;
+        // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR
+        // is valid and claimed, as above.
+        let n =
+            unsafe { bindings::ib_map_mr_sg(p, sg.sgl.as_ptr(), count, null_mut(), MR_PAGE_SIZE) };
+        if n != count {
+            return Err(EINVAL);
+        }
+        // SAFETY: As above; `ib_map_mr_sg` set the MR's iova and length.
+        let r = unsafe {
+            Registration {
+                rkey: (*p).rkey,
+                lkey: (*p).lkey,
+                iova: (*p).iova,
+                len: u32::try_from((*p).length)?,
+                mr: Some(self.slot),
+                _sg: PhantomData,
+            }
+        };
+        Ok(r)
+    }
+}
+
+impl Drop for MrClaim<'_> {
+    fn drop(&mut self) {
+        // INVARIANT: the claim taken in `claim_mr` is given back once.
+        self.slot.claimed.store(false, Ordering::Release);
+    }
+}
+
+/// The page size of fast registrations: 4 KiB, as the SCSI hosts' virtual
+/// boundary and sizing assume, whatever the CPU's page size.
+pub(super) const MR_PAGE_SIZE: u32 = 4096;

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work requests and completions: scatter/gather entries and registrations
+//! that borrow the memory they name, the send operations riser posts, and
+//! the tags that hold a posted request's buffer until its completion.
+
+use super::*;
+
+/// One scatter/gather entry of a work request, made only from memory riser
+/// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
+/// cannot outlive the [`DmaBuf`] or the [`Registration`] (and through it
+/// the [`DmaSg`]) that it names, so no work request is posted naming memory
+/// already freed or unmapped. Its fields are private: an entry cannot be
+/// made up or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Sge<'a> {
+    pub(super) addr: u64,
+    pub(super) length: u32,
+    pub(super) lkey: u32,
+    /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
+    /// naming it must hold it until its completion.
+    pub(super) buf: Option<&'a DmaBuf>,
+    pub(super) _mem: PhantomData<&'a ()>,
+}
+
+impl Sge<'_> {
+    pub(super) fn raw(self) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
+    }
+}
+
+/// A mapping of a [`DmaSg`] as a work request or the peer names it: what
+/// a registration advertises to the peer, and the local key for local work
+/// requests. It borrows the mapping it describes, so neither it nor the
+/// entries made from it ([`Registration::sge`]) outlive the unmapping; one
+/// made by [`MrClaim::map`] also borrows the claim, so the MR is neither
+/// mapped anew nor given back while it lives, and it is what
+/// [`SendOp::Reg`] posts. Its fields are private: a registration cannot be
+/// made up, or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Registration<'a> {
+    pub(super) rkey: u32,
+    pub(super) iova: u64,
+    pub(super) len: u32,
+    pub(super) lkey: u32,
+    /// The claimed MR the mapping is in, if it is in one.
+    pub(super) mr: Option<&'a MrSlot>,
+    pub(super) _sg: PhantomData<&'a DmaSg>,
+}
+
+impl<'a> Registration<'a> {
+    /// The remote key (STag) the peer is given.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The virtual address the peer uses.
+    pub(crate) fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The registered length.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// `len` bytes at `off` of the registered region as a local entry,
+    /// borrowing what the registration borrows.
+    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge<'a>> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(EINVAL);
+        }
+        Ok(Sge {
+            addr: self.iova + u64::from(off),
+            length: len,
+            lkey: self.lkey,
+            buf: None,
+            _mem: PhantomData,
+        })
+    }
+}
+
+/// A work completion, as riser's handlers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wc {
+    /// `IB_WC_SUCCESS` or the error status.
+    pub(crate) status: u32,
+    /// Bytes received (receives only).
+    pub(crate) byte_len: u32,
+    /// The rkey the peer invalidated with SEND_WITH_INV, if any.
+    pub(crate) invalidated: Option<u32>,
+}
+
+impl Wc {
+    /// Whether the work request succeeded.
+    pub(crate) fn ok(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_SUCCESS
+    }
+
+    /// Whether the QP was flushed (torn down), as opposed to a real error.
+    pub(crate) fn flushed(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR
+    }
+}
+
+/// Receives the completions of a [`Connection`]'s work requests, in softirq
+/// context, by the tag the work request was posted with.
+pub(crate) trait QpHandler: Send + Sync + 'static {
+    /// A receive completed.
+    fn recv_done(&self, tag: u32, wc: Wc);
+    /// A signaled send completed, or any send failed. Unsignaled work
+    /// requests (registration, invalidation) report with tag
+    /// [`UNSIGNALED_TAG`], on error only.
+    fn send_done(&self, tag: u32, wc: Wc);
+}
+
+/// The tag of unsignaled work requests.
+pub(crate) const UNSIGNALED_TAG: u32 = u32::MAX;
+
+/// The completion entry of one work request slot.
+///
+/// # Invariants
+///
+/// `keep` is null or came from `Arc::<DmaBuf>::into_raw` and is owned by the
+/// tag until taken back.
+#[repr(C)]
+pub(super) struct Tag {
+    pub(super) cqe: bindings::ib_cqe,
+    pub(super) id: u32,
+    pub(super) keep: AtomicPtr<DmaBuf>,
+}
+
+impl Tag {
+    pub(super) fn new(
+        id: u32,
+        done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc),
+    ) -> Self {
+        Self {
+            cqe: bindings::ib_cqe { done: Some(done) },
+            id,
+            keep: AtomicPtr::new(null_mut()),
+        }
+    }
+
+    /// Whether the tag's last work request has completed (or none was
+    /// posted).
+    pub(super) fn idle(&self) -> bool {
+        self.keep.load(Ordering::Acquire).is_null()
+    }
+
+    /// Records `buf` as used by the work request of this tag; `EBUSY` if the
+    /// tag's previous work request has not completed.
+    pub(super) fn hold(&self, buf: Option<&Arc<DmaBuf>>) -> Result {
+        let p = match buf {
+            Some(b) => Arc::into_raw(b.clone()).cast_mut(),
+            None => NonNull::<DmaBuf>::dangling().as_ptr(),
+        };
+        if self
+            .keep
+            .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            if buf.is_some() {
+                // SAFETY: `p` came from `into_raw` just above and was not
+                // stored.
+                drop(unsafe { Arc::from_raw(p) });
+            }
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Ends the tag's work request, releasing what it held.
+    pub(super) fn release(&self) {
+        let p = self.keep.swap(null_mut(), Ordering::AcqRel);
+        if !p.is_null() && p != NonNull::<DmaBuf>::dangling().as_ptr() {
+            // SAFETY: A non-null, non-dangling `keep` came from `into_raw`
+            // (type invariant) and was swapped out once.
+            drop(unsafe { Arc::from_raw(p) });
+        }
+    }
+}
+
+/// A work request riser posts on the send queue.
+///
+/// What memory a request names is borrowed for `'a`: the [`Sge`]s and
+/// [`Registration`]s it carries cannot outlive the [`DmaBuf`], the
+/// [`DmaSg`] mapping (or the MR mapping) they were made from, so nothing
+/// freed, unmapped or mapped anew is ever posted. The borrow ends when
+/// [`Connection::post_send`] returns, while the device uses the memory
+/// until the request completes (or the QP is destroyed). What keeps it
+/// alive that long:
+///
+/// - A [`DmaBuf`]: the request's tag. A SEND naming a buffer must carry it
+///   as `keep` (posting fails with `EINVAL` otherwise), and the tag holds a
+///   reference on it until the completion.
+/// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
+///   The driver must keep the mapping (its task) until every SEND naming
+///   it has completed and every registration of it given to the peer is
+///   invalidated; it does so with the task references it holds per
+///   registration and per such SEND. This is the driver's discipline, not
+///   enforced by these types.
+/// - An MR registration: the device reads the MR's page list when it
+///   executes the REG_MR, after posting; the claim may be dropped once
+///   posted, and mapping the MR anew under a later claim before then is
+///   the driver's to avoid (it maps a slot's MR again only for the slot's
+///   next command, once the last one has completed).
+pub(crate) enum SendOp<'a> {
+    /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
+    /// when there is one, so that its completion tells when the peer can no
+    /// longer reach the memory; otherwise unsignaled.
+    LocalInv {
+        /// The connection's MR index.
+        mr: u32,
+        /// The signaled send tag, if any.
+        tag: Option<u32>,
+    },
+    /// Register the MR of `reg`, a mapping made by [`MrClaim::map`] on
+    /// this connection (unsignaled), for local use and what `access` grants
+    /// the peer. Only the claim's holder has such a registration.
+    Reg {
+        /// The MR mapping to register.
+        reg: Registration<'a>,
+        /// What the peer may do with the region.
+        access: Access,
+    },
+    /// A signaled SEND of `sges`, completing on tag `tag`, holding `keep`
+    /// until then.
+    Send {
+        /// The signaled send tag.
+        tag: u32,
+        /// One or two entries; an entry of a [`DmaBuf`] must be in `keep`.
+        sges: &'a [Sge<'a>],
+        /// The buffer kept alive until the completion.
+        keep: Option<&'a Arc<DmaBuf>>,
+    },
+    /// A SEND of `bytes` as inline data: the provider copies them while
+    /// posting, so nothing stays in use afterwards. Signaled on tag `tag`
+    /// when there is one; otherwise no completion reports it unless it
+    /// fails. At most [`Connection::max_inline`] bytes.
+    InlineSend {
+        /// The signaled send tag, if any.
+        tag: Option<u32>,
+        /// The PDU.
+        bytes: &'a [u8],
+    },
+}
+
+/// What a registration lets the peer do with the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Nothing: the region serves local work requests only.
+    Local,
+    /// RDMA READ (the peer pulls a write's data).
+    RemoteRead,
+    /// RDMA WRITE (the peer pushes a read's data).
+    RemoteWrite,
+}
+
+/// The most work requests one [`Connection::post_send`] takes.
+pub(crate) const MAX_CHAIN: usize = 4;
