@@ -5,6 +5,107 @@
 
 use super::*;
 
+/// Why riser fails a connection (hands it to iscsid's recovery): said once
+/// in the log as "connection to ADDR failed: REASON".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The CM reported an address, route, reject, connect or unreachable error.
+    ConnectError,
+    /// The RDMA device went away.
+    DeviceRemoved,
+    /// The address the connection was bound to changed.
+    AddrChanged,
+    /// The target closed the connection (not after a logout).
+    Disconnected,
+    /// The target answered one command twice.
+    SecondResponse,
+    /// A LOCAL_INV could not be posted: the rkey stays valid until teardown.
+    InvalidatePost,
+    /// No memory for the invalidations a TMF Response needs.
+    TmfNoMemory,
+    /// A receive completed for a buffer riser never posted.
+    UnknownRecvBuffer,
+    /// A receive buffer could not be read.
+    RecvUnreadable,
+    /// A receive could not be posted again.
+    RepostFailed,
+    /// The target sent a PDU that does not parse.
+    MalformedPdu,
+    /// The target sent a Data-In or R2T, which iSER forbids.
+    DataInOrR2t,
+    /// The target invalidated an rkey that was not the answered task's.
+    ForeignInvalidation,
+    /// The target sent more async messages than the limit allows.
+    AsyncFlood,
+    /// A Logout Response answered no Logout Request.
+    LogoutWithoutLogout,
+    /// A TMF Response carried data.
+    TmfWithData,
+    /// A second full-feature Login Response.
+    SecondFullFeature,
+    /// The full feature phase began without receive buffers.
+    NoFullFeatureBuffers,
+    /// The full-feature receives could not be posted.
+    FullFeaturePost,
+    /// libiscsi refused a PDU from the target.
+    LibiscsiRejected,
+    /// A receive completed with an error.
+    RecvError,
+    /// A send completed with an error.
+    SendError,
+    /// A command's registration went out and the command did not.
+    CommandPost,
+    /// A write needed more Data-Outs than were reserved for it.
+    DataOutExcess,
+    /// No Data-Out header was free.
+    NoDataOutHeader,
+    /// The task went away while its Data-Outs were sent.
+    TaskGone,
+    /// A Data-Out could not be posted after its command.
+    DataOutPost,
+}
+
+impl Failure {
+    /// The reason as the log says it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::ConnectError => "connection error",
+            Self::DeviceRemoved => "RDMA device removed",
+            Self::AddrChanged => "address changed",
+            Self::Disconnected => "disconnected by the target",
+            Self::SecondResponse => "second response to a command",
+            Self::InvalidatePost => "cannot post a LOCAL_INV",
+            Self::TmfNoMemory => "no memory for a TMF's invalidations",
+            Self::UnknownRecvBuffer => "receive completion for an unknown buffer",
+            Self::RecvUnreadable => "receive buffer unreadable",
+            Self::RepostFailed => "cannot repost a receive",
+            Self::MalformedPdu => "malformed PDU",
+            Self::DataInOrR2t => "Data-In or R2T over iSER",
+            Self::ForeignInvalidation => "foreign remote invalidation",
+            Self::AsyncFlood => "async message flood",
+            Self::LogoutWithoutLogout => "Logout Response without a logout",
+            Self::TmfWithData => "TMF Response with data",
+            Self::SecondFullFeature => "second full-feature Login Response",
+            Self::NoFullFeatureBuffers => "full feature phase without receive buffers",
+            Self::FullFeaturePost => "cannot post the full-feature receives",
+            Self::LibiscsiRejected => "libiscsi rejected a PDU",
+            Self::RecvError => "receive error",
+            Self::SendError => "send error",
+            Self::CommandPost => "cannot post a command",
+            Self::DataOutExcess => "more Data-Outs than reserved",
+            Self::NoDataOutHeader => "no Data-Out header free",
+            Self::TaskGone => "task gone while sending its Data-Outs",
+            Self::DataOutPost => "cannot post a Data-Out",
+        }
+    }
+}
+
+impl kernel::fmt::Display for Failure {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The state of an iSER connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -39,28 +140,38 @@ pub(crate) struct IserConn {
     pub(super) res: SetOnce<Pin<KBox<Revocable<Res>>>>,
     pub(super) dst: SocketAddrV4,
     pub(super) params: Params,
-    /// Established and not torn down: what atomic paths check.
+    /// Established and not torn down: what atomic paths check. Set by the
+    /// CM handler (ESTABLISHED), cleared by it (disconnect, device
+    /// removal) and by `terminate` (process context); read anywhere.
     pub(super) up: AtomicBool,
-    /// A discovery session's connection.
+    /// A discovery session's connection. Set by the login hook (process
+    /// context, iscsid's send_pdu).
     pub(super) discovery: AtomicBool,
     /// Data bytes each full-feature receive holds: what the login declared
-    /// (as far as riser allows), fixed at the last login request.
+    /// (as far as riser allows), fixed at the last login request. Written
+    /// by the login hook only.
     pub(super) recv_size: AtomicU32,
     /// A Logout Response arrived: the target will close the connection.
+    /// Set by the receive path (softirq).
     pub(super) logged_out: AtomicBool,
-    /// Text responses received (discovery).
+    /// Text responses received (discovery). Counted by the receive path,
+    /// reset by `terminate`.
     pub(super) text_rsps: AtomicU32,
     /// Commands sent with an unregistered buffer (always_register=0).
+    /// Counted by `xmit_task`, reset by `terminate`.
     pub(super) unreg_cmds: AtomicU64,
-    /// SCSI data octets written and read through this connection.
+    /// SCSI data octets written and read through this connection. Counted
+    /// by `xmit_task`; read by get_stats.
     pub(super) tx_octets: AtomicU64,
     pub(super) rx_octets: AtomicU64,
+    /// The failure was logged (once), by whichever path failed first.
     pub(super) failed: AtomicBool,
     /// The clock of the async-message limit.
     pub(super) born: Instant<Monotonic>,
     /// Start (milliseconds after `born`) of the current one-second window
-    /// of the async-message limit, and the async messages seen in it. Only
-    /// the receive path (one CQ, serialised) uses them.
+    /// of the async-message limit, and the async messages seen in it.
+    /// Only the receive path (one CQ, serialised) writes them; a race
+    /// would only miscount.
     pub(super) async_window: AtomicI64,
     pub(super) async_count: AtomicU32,
 }
@@ -217,7 +328,7 @@ impl IserConn {
     }
 
     /// The connection failed under libiscsi: hand recovery to iscsid.
-    pub(super) fn fail(&self, why: &str) {
+    pub(super) fn fail(&self, why: Failure) {
         if !self.failed.swap(true, Ordering::AcqRel) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
         }
@@ -310,7 +421,7 @@ impl IserConn {
 
     /// The connection failed, seen from a path that may hold libiscsi's
     /// session locks: logged now, reported from a workqueue.
-    pub(super) fn fail_later(&self, why: &str) {
+    pub(super) fn fail_later(&self, why: Failure) {
         if !self.failed.swap(true, Ordering::AcqRel) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
         }
@@ -371,7 +482,7 @@ impl CmHandler for IserConn {
                 }
                 self.cv.notify_all();
                 drop(st);
-                self.fail("connection error");
+                self.fail(Failure::ConnectError);
             }
             CmEvent::DeviceRemoval => {
                 // The device goes once every connection on it is gone, and
@@ -392,7 +503,7 @@ impl CmHandler for IserConn {
                     Addr(self.dst)
                 );
                 if was_up && !self.logged_out.load(Ordering::Acquire) {
-                    self.fail("RDMA device removed");
+                    self.fail(Failure::DeviceRemoved);
                 }
                 self.release();
             }
@@ -409,8 +520,8 @@ impl CmHandler for IserConn {
                 // After a logout the target closing is the expected end.
                 if was_up && !self.logged_out.load(Ordering::Acquire) {
                     self.fail(match event {
-                        CmEvent::AddrChange => "address changed",
-                        _ => "disconnected by the target",
+                        CmEvent::AddrChange => Failure::AddrChanged,
+                        _ => Failure::Disconnected,
                     });
                 }
             }

@@ -252,7 +252,7 @@ impl Res {
         idx: u32,
         itt: u32,
         invalidated: bool,
-    ) -> core::result::Result<Option<TaskRef>, &'static str> {
+    ) -> core::result::Result<Option<TaskRef>, Failure> {
         let mut t = self.track.lock();
         let Some(f) = t.inflight.get_mut(idx as usize) else {
             return Ok(None);
@@ -264,7 +264,7 @@ impl Res {
         if core::mem::replace(&mut f.responded, true) {
             drop(t);
             pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
-            return Err("second response to a command");
+            return Err(Failure::SecondResponse);
         }
         if !matches!(f.mr, Some((MrState::Registered, _))) {
             // Nothing to invalidate.
@@ -291,7 +291,7 @@ impl Res {
 
     /// Posts the signaled LOCAL_INV of MR `idx`, already marked
     /// `Invalidating`.
-    pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), &'static str> {
+    pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), Failure> {
         self.local_invs.fetch_add(1, Ordering::Relaxed);
         self.conn
             .post_send(&[SendOp::LocalInv {
@@ -301,7 +301,7 @@ impl Res {
             .map_err(|e| {
                 pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);
                 // The reference stays until the QP and MRs are gone.
-                "cannot post a LOCAL_INV"
+                Failure::InvalidatePost
             })
     }
 
@@ -312,7 +312,7 @@ impl Res {
         &self,
         req: TmfRequest,
         bhs: &[u8; 48],
-    ) -> core::result::Result<bool, &'static str> {
+    ) -> core::result::Result<bool, Failure> {
         let mut todo = KVec::<u32>::new();
         let held = {
             let mut t = self.track.lock();
@@ -330,7 +330,7 @@ impl Res {
                             m.0 = MrState::Invalidating;
                             // CAST: slot indexes fit a u32.
                             todo.push(i as u32, GFP_ATOMIC)
-                                .map_err(|_| "no memory for a TMF's invalidations")?;
+                                .map_err(|_| Failure::TmfNoMemory)?;
                         }
                     }
                 }

@@ -15,7 +15,7 @@ impl IserConn {
             let ring = res.ff_rx.as_ref();
             let Some((b, c)) = ring.and_then(|r| Some((r.bufs.get(tag as usize - 1)?, &r.copy)))
             else {
-                self.fail("receive completion for an unknown buffer");
+                self.fail(Failure::UnknownRecvBuffer);
                 return;
             };
             (b, c, true)
@@ -23,7 +23,7 @@ impl IserConn {
         match copy.with(buf, wc.byte_len, |bytes| self.deliver(res, bytes, wc)) {
             Ok(Ok(())) => {}
             Ok(Err(why)) => self.fail(why),
-            Err(_) => self.fail("receive buffer unreadable"),
+            Err(_) => self.fail(Failure::RecvUnreadable),
         }
         if ff {
             // One repost per completion: a receive fewer, and the target's
@@ -33,7 +33,7 @@ impl IserConn {
                     // One receive fewer than the target may send: its next
                     // PDUs would stall the connection (RNR). Fail it now.
                     pr_err!("cannot repost a receive: {:?}\n", e);
-                    self.fail("cannot repost a receive");
+                    self.fail(Failure::RepostFailed);
                 }
             }
         }
@@ -44,17 +44,17 @@ impl IserConn {
         res: &Res,
         bytes: &[u8],
         wc: Wc,
-    ) -> core::result::Result<(), &'static str> {
+    ) -> core::result::Result<(), Failure> {
         let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
             Ok(p) => p,
             Err(e) => {
                 pr_err!("bad PDU from the target ({} bytes): {:?}\n", wc.byte_len, e);
-                return Err("malformed PDU");
+                return Err(Failure::MalformedPdu);
             }
         };
         if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
             pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
-            return Err("Data-In or R2T over iSER");
+            return Err(Failure::DataInOrR2t);
         }
         // libiscsi builds ITTs in host byte order (get_itt()).
         let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
@@ -65,7 +65,7 @@ impl IserConn {
                 pdu.opcode,
                 pdu.itt
             );
-            "foreign remote invalidation"
+            Failure::ForeignInvalidation
         };
         if let Some(rkey) = wc.invalidated {
             // Only the rkey of the task this response answers: any other
@@ -94,7 +94,7 @@ impl IserConn {
                 "target sent more than {} async messages in a second\n",
                 ASYNC_PER_SEC
             );
-            return Err("async message flood");
+            return Err(Failure::AsyncFlood);
         }
         let mut bhs = [0u8; 48];
         bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
@@ -118,7 +118,7 @@ impl IserConn {
                         "target sent a Logout Response for ITT {:#x}, which answers no Logout Request\n",
                         pdu.itt
                     );
-                    return Err("Logout Response without a logout");
+                    return Err(Failure::LogoutWithoutLogout);
                 }
                 self.logged_out.store(true, Ordering::Release);
             }
@@ -131,7 +131,7 @@ impl IserConn {
                         "target sent a TMF Response with {} bytes of data\n",
                         data.len()
                     );
-                    return Err("TMF Response with data");
+                    return Err(Failure::TmfWithData);
                 }
                 let req = res.track.lock().tmf.take_if(|r| r.itt == pdu.itt);
                 // Held back until the commands it ended are out of the
@@ -150,22 +150,22 @@ impl IserConn {
         {
             if res.ff_posted.swap(true, Ordering::AcqRel) {
                 pr_err!("target sent a second full-feature Login Response\n");
-                return Err("second full-feature Login Response");
+                return Err(Failure::SecondFullFeature);
             }
             // Post the full-feature receives before libiscsi sees the last
             // login response, so the target's first PDU finds one.
             let Some(bufs) = res.ff_rx.as_ref() else {
-                return Err("full feature phase without receive buffers");
+                return Err(Failure::NoFullFeatureBuffers);
             };
             for (i, b) in bufs.bufs.iter().enumerate() {
                 // CAST: the count came from a u32.
                 if res.conn.post_recv(1 + i as u32, b).is_err() {
-                    return Err("cannot post the full-feature receives");
+                    return Err(Failure::FullFeaturePost);
                 }
             }
         }
         let r = match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
-            Some(Err(_)) => Err("libiscsi rejected a PDU"),
+            Some(Err(_)) => Err(Failure::LibiscsiRejected),
             _ => Ok(()),
         };
         // libiscsi has completed the command (or refused the response): the
@@ -177,7 +177,7 @@ impl IserConn {
     /// Hands a held TMF Response to libiscsi (completion context).
     pub(super) fn deliver_held(&self, bhs: [u8; 48]) {
         if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(&bhs, &[])) {
-            self.fail("libiscsi rejected a PDU");
+            self.fail(Failure::LibiscsiRejected);
         }
     }
 }
@@ -190,7 +190,7 @@ impl QpHandler for IserConn {
         if !wc.ok() {
             if !wc.flushed() {
                 pr_err!("receive failed with status {}\n", wc.status);
-                self.fail("receive error");
+                self.fail(Failure::RecvError);
             }
             return;
         }
@@ -200,7 +200,7 @@ impl QpHandler for IserConn {
     fn send_done(&self, tag: u32, wc: Wc) {
         if !wc.ok() && !wc.flushed() {
             pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
-            self.fail("send error");
+            self.fail(Failure::SendError);
         }
         if tag == UNSIGNALED_TAG {
             return;

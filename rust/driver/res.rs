@@ -26,7 +26,8 @@ pub(super) struct Res {
     #[pin]
     pub(super) dataout_free: SpinLockIrq<KVec<u32>>,
     /// Free Data-Out headers not reserved by a command being sent: a WRITE
-    /// reserves all it needs before anything of it is posted.
+    /// reserves all it needs before anything of it is posted. Taken by
+    /// `xmit_task`, given back by it and by send completions (softirq).
     pub(super) dataout_avail: AtomicU32,
     /// What the target can still reach of each command, and the references
     /// that hold the commands until it cannot.
@@ -34,15 +35,17 @@ pub(super) struct Res {
     pub(super) track: SpinLockIrq<Track>,
     pub(super) ff_rx: SetOnce<RxBufs>,
     /// The full-feature receives were posted (once: a second full-feature
-    /// Login Response is refused).
+    /// Login Response is refused). Set by the receive path.
     pub(super) ff_posted: AtomicBool,
     /// The target may invalidate our rkeys with SEND_WITH_INV.
     pub(super) remote_inv: bool,
     /// Command SENDs whose PDU went inline: one in `signal_interval` is
-    /// signaled (`proto::sizing::signal_interval`).
+    /// signaled (`proto::sizing::signal_interval`). Counted by
+    /// `xmit_task` on any CPU; only its remainder matters.
     pub(super) inline_sends: AtomicU32,
     /// Registrations the target invalidated with its response, and those
     /// riser invalidated itself (LOCAL_INV) before completing the command.
+    /// Counted by the receive path and the send path; read at teardown.
     pub(super) remote_invs: AtomicU64,
     pub(super) local_invs: AtomicU64,
     pub(super) signal_interval: u32,

@@ -106,7 +106,7 @@ impl Res {
     pub(super) fn send_command(
         &self,
         task: &mut Task<'_, Iser>,
-    ) -> Result<(bool, Option<&'static str>)> {
+    ) -> Result<(bool, Option<Failure>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
         let dir = task.direction();
@@ -285,7 +285,7 @@ impl Res {
                 // fails (the caller says why), recovery gives the command
                 // back, and the reference goes with the MRs at teardown.
                 self.unhold_command(idx, false, with_imm);
-                return Ok((unregistered, Some("cannot post a command")));
+                return Ok((unregistered, Some(Failure::CommandPost)));
             }
             self.unhold_command(idx, remote_key, with_imm);
             return Err(e);
@@ -321,7 +321,7 @@ impl Res {
         task: &Task<'_, Iser>,
         r: &Registration<'_>,
         reserved: u32,
-    ) -> Option<&'static str> {
+    ) -> Option<Failure> {
         let idx = task.index() as usize;
         let mut left = reserved;
         let failed = loop {
@@ -330,16 +330,16 @@ impl Res {
             };
             if left == 0 {
                 task.data_out_failed();
-                break Some("more Data-Outs than reserved");
+                break Some(Failure::DataOutExcess);
             }
             let Some(slot) = self.dataout_free.lock().pop() else {
                 task.data_out_failed();
-                break Some("no Data-Out header free");
+                break Some(Failure::NoDataOutHeader);
             };
             let Some(tref) = task.get_ref() else {
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
                 task.data_out_failed();
-                break Some("task gone while sending its Data-Outs");
+                break Some(Failure::TaskGone);
             };
             left -= 1;
             let tag = self.dataout_tag(slot);
@@ -384,7 +384,7 @@ impl Res {
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
                 left += 1;
                 task.data_out_failed();
-                break Some("cannot post a Data-Out");
+                break Some(Failure::DataOutPost);
             }
             task.data_out_sent(&d);
         };
