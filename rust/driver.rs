@@ -125,6 +125,7 @@ impl kernel::fmt::Display for Addr {
     }
 }
 
+#[vtable]
 impl TransportOps for Iser {
     const NAME: &'static CStr = c"iser";
     const CAPS: u32 = caps::RECOVERY_L0 | caps::MULTI_R2T | caps::TEXT_NEGO;
@@ -441,8 +442,7 @@ impl kernel::InPlaceModule for Riser {
             params: crate::params::current()?,
             client <- Client::new(),
             transport <- Transport::new(
-                module,
-                HostTemplate::new_iscsi(
+                                HostTemplate::new_iscsi(
                     module,
                     c"iSCSI Initiator over iSER",
                     c"iscsi_iser",
@@ -466,6 +466,9 @@ mod tests {
     fn transport_identity_matches_ib_iser() {
         assert_eq!(Iser::CAPS, 0x89);
         assert_eq!(<Iser as TransportOps>::NAME, c"iser");
+        // ib_iser's callbacks, all offered.
+        let t = Transport::<Iser>::TABLE;
+        assert!(t.init_task.is_some() && t.ep_connect.is_some() && t.get_ep_param.is_some());
     }
 
     #[test]

@@ -136,8 +136,10 @@ pub(crate) struct SessionLimits {
 }
 
 /// What a transport does; the callbacks scsi_transport_iscsi and libiscsi
-/// make. Every method has a conservative default so a test transport only
-/// fills what it uses.
+/// make. A `#[vtable]` trait: the callback table offers only what the
+/// implementation defines (`HAS_*`), and every optional method has a
+/// conservative default for the layer's own use.
+#[vtable]
 pub(crate) trait TransportOps: 'static + Sized {
     /// The transport's name, as in `/sys/class/iscsi_transport/NAME`.
     const NAME: &'static CStr;
@@ -252,6 +254,7 @@ mod tests {
     struct TestTransport;
     static REGISTRY: Registry<TestTransport> = Registry::new();
 
+    #[vtable]
     impl TransportOps for TestTransport {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
@@ -291,6 +294,7 @@ mod tests {
     struct OtherTransport;
     static OTHER_REGISTRY: Registry<OtherTransport> = Registry::new();
 
+    #[vtable]
     impl TransportOps for OtherTransport {
         const NAME: &'static CStr = c"riser_kunit_other";
         const CAPS: u32 = caps::TEXT_NEGO;
@@ -331,6 +335,7 @@ mod tests {
     struct SameName;
     static SAME_NAME_REGISTRY: Registry<SameName> = Registry::new();
 
+    #[vtable]
     impl TransportOps for SameName {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
@@ -369,19 +374,12 @@ mod tests {
 
     #[test]
     fn a_transport_name_registers_once() -> Result {
-        let first = KBox::pin_init(
-            Transport::<TestTransport>::new(module(), test_template()),
-            GFP_KERNEL,
-        )?;
+        let first = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
         assert_eq!(first.host_template().proc_name(), c"riser_kunit");
         // A second registration of the same transport is refused, and
         // leaves the first one working.
         assert_eq!(
-            KBox::pin_init(
-                Transport::<TestTransport>::new(module(), test_template()),
-                GFP_KERNEL
-            )
-            .err(),
+            KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL).err(),
             Some(EEXIST)
         );
         let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
@@ -402,31 +400,21 @@ mod tests {
         // Another transport of the same name: scsi_transport_iscsi refuses
         // it.
         assert_eq!(
-            KBox::pin_init(
-                Transport::<SameName>::new(module(), test_template()),
-                GFP_KERNEL
-            )
-            .err(),
+            KBox::pin_init(Transport::<SameName>::new(test_template()), GFP_KERNEL).err(),
             Some(EEXIST)
         );
         // Unregistering frees the name.
         drop(first);
-        let again = KBox::pin_init(
-            Transport::<TestTransport>::new(module(), test_template()),
-            GFP_KERNEL,
-        )?;
+        let again = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
         drop(again);
         Ok(())
     }
 
     #[test]
     fn an_endpoint_of_another_transport_is_refused() -> Result {
-        let mine = KBox::pin_init(
-            Transport::<TestTransport>::new(module(), test_template()),
-            GFP_KERNEL,
-        )?;
+        let mine = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
         let other = KBox::pin_init(
-            Transport::<OtherTransport>::new(module(), test_template()),
+            Transport::<OtherTransport>::new(test_template()),
             GFP_KERNEL,
         )?;
         let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
@@ -490,6 +478,21 @@ mod tests {
         drop(other);
         drop(mine);
         Ok(())
+    }
+
+    #[test]
+    fn the_callback_table_offers_what_the_transport_implements() {
+        let t = Transport::<TestTransport>::TABLE;
+        assert!(t.ep_connect.is_some() && t.ep_poll.is_some() && t.ep_disconnect.is_some());
+        assert!(t.get_ep_param.is_some());
+        assert!(t.init_task.is_none());
+        assert_eq!(t.owner, module().as_ptr());
+        assert_eq!(t.caps, caps::TEXT_NEGO);
+        let s = Transport::<SameName>::TABLE;
+        assert!(s.ep_connect.is_none() && s.ep_poll.is_none() && s.ep_disconnect.is_none());
+        assert!(s.get_ep_param.is_none());
+        // What libiscsi calls unconditionally is always there.
+        assert!(s.xmit_task.is_some() && s.cleanup_task.is_some() && s.alloc_pdu.is_some());
     }
 
     #[test]

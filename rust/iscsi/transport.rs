@@ -20,7 +20,7 @@ use core::{
     ptr::null_mut,
     sync::atomic::{AtomicPtr, Ordering},
 };
-use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque, ThisModule};
+use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque};
 
 /// The C objects a transport's callbacks need, which the callbacks (plain
 /// functions) cannot otherwise reach.
@@ -76,13 +76,59 @@ unsafe impl<T: TransportOps> Send for Transport<T> {}
 unsafe impl<T: TransportOps> Sync for Transport<T> {}
 
 impl<T: TransportOps> Transport<T> {
+    /// The transport's callback table, built at compile time from what `T`
+    /// implements (its `HAS_*` flags): a callback `T` leaves out is not
+    /// offered to scsi_transport_iscsi and libiscsi, which then do without
+    /// (or refuse the request). The layer's own callbacks (sessions,
+    /// connections, PDUs, task transmission and cleanup) are always there:
+    /// libiscsi calls `xmit_task` and `cleanup_task` unconditionally.
+    pub(crate) const TABLE: bindings::iscsi_transport = {
+        // SAFETY: All-zero is a valid `iscsi_transport`: no name, no owner,
+        // no callbacks; the lines below fill it.
+        let mut t: bindings::iscsi_transport = unsafe { core::mem::zeroed() };
+        t.owner = <T::OwnerModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr();
+        // The C field is not const, but scsi_transport_iscsi only reads the
+        // name.
+        t.name = T::NAME.as_ptr().cast_mut().cast();
+        t.caps = T::CAPS;
+        t.attr_is_visible = Some(attr_is_visible_callback::<T>);
+        t.create_session = Some(create_session_callback::<T>);
+        t.destroy_session = Some(destroy_session_callback::<T>);
+        t.create_conn = Some(create_conn_callback::<T>);
+        t.bind_conn = Some(bind_conn_callback::<T>);
+        t.unbind_conn = Some(bindings::iscsi_conn_unbind);
+        t.start_conn = Some(bindings::iscsi_conn_start);
+        t.stop_conn = Some(stop_conn_callback::<T>);
+        t.destroy_conn = Some(destroy_conn_callback::<T>);
+        t.set_param = Some(set_param_callback::<T>);
+        t.get_conn_param = Some(bindings::iscsi_conn_get_param);
+        t.get_session_param = Some(bindings::iscsi_session_get_param);
+        t.get_host_param = Some(bindings::iscsi_host_get_param);
+        t.set_host_param = Some(bindings::iscsi_host_set_param);
+        t.send_pdu = Some(send_pdu_callback::<T>);
+        t.get_stats = Some(get_stats_callback::<T>);
+        t.xmit_task = Some(xmit_task_callback::<T>);
+        t.cleanup_task = Some(cleanup_task_callback::<T>);
+        t.alloc_pdu = Some(alloc_pdu_callback::<T>);
+        t.session_recovery_timedout = Some(bindings::iscsi_session_recovery_timedout);
+        if T::HAS_INIT_TASK {
+            t.init_task = Some(init_task_callback::<T>);
+        }
+        if T::HAS_EP_CONNECT {
+            t.ep_connect = Some(ep_connect_callback::<T>);
+            t.ep_poll = Some(ep_poll_callback::<T>);
+            t.ep_disconnect = Some(ep_disconnect_callback::<T>);
+        }
+        if T::HAS_EP_DST {
+            t.get_ep_param = Some(get_ep_param_callback::<T>);
+        }
+        t
+    };
+
     /// Registers the transport, whose sessions' hosts are made from `sht`.
     /// Fails with `EEXIST` when another transport (such as ib_iser's)
-    /// already holds the name.
-    pub(crate) fn new(
-        module: &'static ThisModule,
-        sht: impl PinInit<HostTemplate>,
-    ) -> impl PinInit<Self, Error> {
+    /// already holds the name, or `T` is registered already.
+    pub(crate) fn new(sht: impl PinInit<HostTemplate>) -> impl PinInit<Self, Error> {
         try_pin_init!(&this in Self {
             _p: PhantomData,
             sht <- sht,
@@ -96,41 +142,8 @@ impl<T: TransportOps> Transport<T> {
                         (&raw const (*this.as_ptr()).eps).cast_mut(),
                     )
                 };
-                // SAFETY: `slot` is valid for writes; an all-zero transport
-                // is a valid value (no callbacks) that the lines below fill.
-                unsafe { core::ptr::write_bytes(slot, 0, 1) };
-                // SAFETY: `slot` is valid and initialised just above.
-                let t = unsafe { &mut *slot };
-                t.owner = module.as_ptr();
-                // The C field is not const, but scsi_transport_iscsi only
-                // reads the name.
-                t.name = T::NAME.as_char_ptr().cast_mut();
-                t.caps = T::CAPS;
-                t.attr_is_visible = Some(attr_is_visible_callback::<T>);
-                t.create_session = Some(create_session_callback::<T>);
-                t.destroy_session = Some(destroy_session_callback::<T>);
-                t.create_conn = Some(create_conn_callback::<T>);
-                t.bind_conn = Some(bind_conn_callback::<T>);
-                t.unbind_conn = Some(bindings::iscsi_conn_unbind);
-                t.start_conn = Some(bindings::iscsi_conn_start);
-                t.stop_conn = Some(stop_conn_callback::<T>);
-                t.destroy_conn = Some(destroy_conn_callback::<T>);
-                t.set_param = Some(set_param_callback::<T>);
-                t.get_ep_param = Some(get_ep_param_callback::<T>);
-                t.get_conn_param = Some(bindings::iscsi_conn_get_param);
-                t.get_session_param = Some(bindings::iscsi_session_get_param);
-                t.get_host_param = Some(bindings::iscsi_host_get_param);
-                t.set_host_param = Some(bindings::iscsi_host_set_param);
-                t.send_pdu = Some(send_pdu_callback::<T>);
-                t.get_stats = Some(get_stats_callback::<T>);
-                t.init_task = Some(init_task_callback::<T>);
-                t.xmit_task = Some(xmit_task_callback::<T>);
-                t.cleanup_task = Some(cleanup_task_callback::<T>);
-                t.alloc_pdu = Some(alloc_pdu_callback::<T>);
-                t.session_recovery_timedout = Some(bindings::iscsi_session_recovery_timedout);
-                t.ep_connect = Some(ep_connect_callback::<T>);
-                t.ep_poll = Some(ep_poll_callback::<T>);
-                t.ep_disconnect = Some(ep_disconnect_callback::<T>);
+                // SAFETY: `slot` is valid for writes.
+                unsafe { slot.write(Self::TABLE) };
                 let reg = T::registry();
                 // One registration per transport type at a time: the
                 // registry is claimed first, so a second `Transport::<T>`
