@@ -89,7 +89,7 @@ impl<T: TransportOps> Transport<T> {
         t.owner = <T::OwnerModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr();
         // The C field is not const, but scsi_transport_iscsi only reads the
         // name.
-        t.name = T::NAME.as_ptr().cast_mut().cast();
+        t.name = kernel::str::as_char_ptr_in_const_context(T::NAME).cast_mut();
         t.caps = T::CAPS;
         t.attr_is_visible = Some(attr_is_visible_callback::<T>);
         t.create_session = Some(create_session_callback::<T>);
