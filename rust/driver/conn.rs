@@ -106,26 +106,46 @@ impl kernel::fmt::Display for Failure {
     }
 }
 
-/// The state of an iSER connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The state of an iSER connection, with what each state holds.
 pub(crate) enum Phase {
-    /// Resolving and connecting.
+    /// Resolving the address, then the route, with the CM id: when the
+    /// route resolves, the resources (the QP among them) are made on it and
+    /// it moves into them.
+    Resolving(CmId<IserConn>),
+    /// The QP is made (its CM id is in the resources) and connecting.
     Connecting,
     /// Connected.
     Up,
-    /// Connecting failed.
+    /// Connecting failed, or never started.
     Failed,
     /// Being torn down (or lost).
     Terminating,
 }
 
+impl Phase {
+    /// Whether the connection is still being made.
+    fn connecting(&self) -> bool {
+        matches!(self, Self::Resolving(_) | Self::Connecting)
+    }
+}
+
+/// An iSER connection's state, under its mutex.
 pub(super) struct State {
-    pub(super) phase: Phase,
-    /// The CM id until the QP is made on it.
-    pub(super) pending: Option<CmId<IserConn>>,
+    phase: Phase,
     /// The RDMA resources (and the CM id) are gone: set by whichever of
     /// `ep_disconnect` and the device-removal handler freed them.
     pub(super) released: bool,
+}
+
+impl State {
+    /// Moves to `to`, and returns the phase left (with what it held: a CM
+    /// id dropped inside its own handler goes to the CM; elsewhere, drop it
+    /// without the state lock, as destroying an id waits for its handler).
+    /// The only writer of `up`, the lock-free view of [`Phase::Up`].
+    fn set(&mut self, up: &AtomicBool, to: Phase) -> Phase {
+        up.store(matches!(to, Phase::Up), Ordering::Release);
+        core::mem::replace(&mut self.phase, to)
+    }
 }
 
 /// An iSER connection: what an iSCSI endpoint stands for.
@@ -182,8 +202,8 @@ impl IserConn {
         let c = Arc::pin_init(
             pin_init!(IserConn {
                 state <- new_mutex!(State {
-                    phase: Phase::Connecting,
-                    pending: None,
+                    // Until the CM id below exists.
+                    phase: Phase::Failed,
                     released: false,
                 }),
                 cv <- new_condvar!(),
@@ -209,9 +229,13 @@ impl IserConn {
         let id = CmId::new(c.clone())?;
         let mut st = c.state.lock();
         // Resolve under the lock so the handler finds the id in place.
-        let id = st.pending.insert(id);
-        if let Err(e) = id.resolve_addr(dst, RESOLVE_TIMEOUT_MS) {
-            let id = st.pending.take();
+        st.set(&c.up, Phase::Resolving(id));
+        let r = match &st.phase {
+            Phase::Resolving(id) => id.resolve_addr(dst, RESOLVE_TIMEOUT_MS),
+            _ => Err(EINVAL),
+        };
+        if let Err(e) = r {
+            let id = st.set(&c.up, Phase::Failed);
             drop(st);
             drop(id);
             pr_err!("cannot resolve {}: {:?}\n", Addr(dst), e);
@@ -231,14 +255,14 @@ impl IserConn {
 
     pub(super) fn poll(&self, timeout_ms: u32) -> Result<bool> {
         let mut st = self.state.lock();
-        if st.phase == Phase::Connecting {
+        if st.phase.connecting() {
             let _ = self
                 .cv
                 .wait_interruptible_timeout(&mut st, msecs_to_jiffies(timeout_ms));
         }
         match st.phase {
             Phase::Up => Ok(true),
-            Phase::Connecting => Ok(false),
+            Phase::Resolving(_) | Phase::Connecting => Ok(false),
             Phase::Failed | Phase::Terminating => Err(ENOTCONN),
         }
     }
@@ -252,13 +276,25 @@ impl IserConn {
             // ib_iser too). Bounded, and only after a logout, so failover
             // never waits on the network here.
             let mut st = self.state.lock();
-            if self.logged_out.load(Ordering::Acquire) && st.phase == Phase::Up {
+            if self.logged_out.load(Ordering::Acquire) && matches!(st.phase, Phase::Up) {
                 let _ = self
                     .cv
                     .wait_interruptible_timeout(&mut st, msecs_to_jiffies(LOGOUT_GRACE_MS));
             }
         }
-        self.up.store(false, Ordering::Release);
+        // From here the fast paths refuse new work.
+        let left = {
+            let mut st = self.state.lock();
+            let to = match st.phase {
+                Phase::Failed => Phase::Failed,
+                _ => Phase::Terminating,
+            };
+            let left = st.set(&self.up, to);
+            self.cv.notify_all();
+            left
+        };
+        // A CM id still resolving is destroyed here, outside the lock.
+        drop(left);
         let texts = self.text_rsps.swap(0, Ordering::Relaxed);
         if texts > 0 && self.discovery.load(Ordering::Relaxed) {
             pr_info!(
@@ -289,13 +325,6 @@ impl IserConn {
                 n
             );
         }
-        {
-            let mut st = self.state.lock();
-            if st.phase != Phase::Failed {
-                st.phase = Phase::Terminating;
-            }
-            self.cv.notify_all();
-        }
         self.release();
     }
 
@@ -305,10 +334,16 @@ impl IserConn {
     /// device-removal handler may both get here.
     pub(super) fn release(&self) {
         // Destroying the id waits for its handler, which takes the state
-        // lock: done outside it. (In the device-removal handler, dropping
-        // the id gives it to the CM instead.)
-        let pending = self.state.lock().pending.take();
-        drop(pending);
+        // lock: done outside it. (In the id's own handler, dropping it gives
+        // it to the CM instead.)
+        let resolving = {
+            let mut st = self.state.lock();
+            match st.phase {
+                Phase::Resolving(_) => Some(st.set(&self.up, Phase::Failed)),
+                _ => None,
+            }
+        };
+        drop(resolving);
         let mine = match self.res.as_ref() {
             // Waits for fast-path users, then drops the resources, which
             // drains the QP and drops the id last.
@@ -338,8 +373,7 @@ impl IserConn {
     /// Makes the connection's resources and connects. On any failure the
     /// id is dropped here, inside its own handler, which hands it to the CM
     /// to destroy (see `CmHandler`).
-    pub(super) fn route_resolved(&self, ev: &CmIdRef, st: &mut State) -> Result {
-        let id = st.pending.take().ok_or(EINVAL)?;
+    pub(super) fn route_resolved(&self, id: CmId<IserConn>, ev: &CmIdRef) -> Result {
         let ctx = ev
             .device()
             .and_then(Client::<Iser>::context_of)
@@ -434,27 +468,31 @@ impl CmHandler for IserConn {
         let mut st = self.state.lock();
         match event {
             CmEvent::AddrResolved => {
-                if st.phase != Phase::Connecting {
+                if !matches!(st.phase, Phase::Resolving(_)) {
                     return;
                 }
                 if let Err(e) = id.resolve_route(RESOLVE_TIMEOUT_MS) {
                     pr_err!("cannot resolve the route to {}: {:?}\n", Addr(self.dst), e);
-                    st.phase = Phase::Failed;
+                    // The id goes to the CM (dropped in its own handler).
+                    drop(st.set(&self.up, Phase::Failed));
                     self.cv.notify_all();
                 }
             }
             CmEvent::RouteResolved => {
-                if st.phase != Phase::Connecting {
+                if !matches!(st.phase, Phase::Resolving(_)) {
                     return;
                 }
-                if let Err(e) = self.route_resolved(id, &mut st) {
+                let Phase::Resolving(cm) = st.set(&self.up, Phase::Connecting) else {
+                    return;
+                };
+                if let Err(e) = self.route_resolved(cm, id) {
                     pr_err!("cannot connect to {}: {:?}\n", Addr(self.dst), e);
-                    st.phase = Phase::Failed;
+                    st.set(&self.up, Phase::Failed);
                     self.cv.notify_all();
                 }
             }
             CmEvent::Established(private) => {
-                if st.phase != Phase::Connecting {
+                if !matches!(st.phase, Phase::Connecting) {
                     return;
                 }
                 if let Some(p) = private {
@@ -462,8 +500,7 @@ impl CmHandler for IserConn {
                         pr_debug!("target CM header: {:?}\n", h);
                     }
                 }
-                st.phase = Phase::Up;
-                self.up.store(true, Ordering::Release);
+                st.set(&self.up, Phase::Up);
                 self.cv.notify_all();
             }
             CmEvent::AddrError(s)
@@ -477,8 +514,9 @@ impl CmHandler for IserConn {
                     event,
                     s
                 );
-                if st.phase == Phase::Connecting {
-                    st.phase = Phase::Failed;
+                if st.phase.connecting() {
+                    // A resolving id goes to the CM.
+                    drop(st.set(&self.up, Phase::Failed));
                 }
                 self.cv.notify_all();
                 drop(st);
@@ -490,12 +528,14 @@ impl CmHandler for IserConn {
                 // if alive, recovers the session through another
                 // connection) and free its RDMA resources now, CM id
                 // included. Later calls from libiscsi find nothing.
-                let was_up = st.phase == Phase::Up;
-                self.up.store(false, Ordering::Release);
-                st.phase = match st.phase {
-                    Phase::Connecting | Phase::Failed => Phase::Failed,
-                    _ => Phase::Terminating,
+                let was_up = matches!(st.phase, Phase::Up);
+                let to = if st.phase.connecting() || matches!(st.phase, Phase::Failed) {
+                    Phase::Failed
+                } else {
+                    Phase::Terminating
                 };
+                // A resolving id goes to the CM.
+                drop(st.set(&self.up, to));
                 self.cv.notify_all();
                 drop(st);
                 pr_warn!(
@@ -508,12 +548,11 @@ impl CmHandler for IserConn {
                 self.release();
             }
             CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
-                let was_up = st.phase == Phase::Up;
-                self.up.store(false, Ordering::Release);
-                match st.phase {
-                    Phase::Connecting => st.phase = Phase::Failed,
-                    Phase::Up => st.phase = Phase::Terminating,
-                    _ => {}
+                let was_up = matches!(st.phase, Phase::Up);
+                if st.phase.connecting() {
+                    drop(st.set(&self.up, Phase::Failed));
+                } else if was_up {
+                    st.set(&self.up, Phase::Terminating);
                 }
                 self.cv.notify_all();
                 drop(st);
