@@ -39,7 +39,7 @@ use crate::{
     proto::{
         iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
         login,
-        pdu::{RxPdu, TargetOpcode, HEADERS_LEN},
+        pdu::{Bhs, RxPdu, TargetOpcode, BHS_LEN, HEADERS_LEN},
         ratelimit,
         sizing::{self, ConnSizing, Params, DATAOUT_SLOTS_PER_CMD},
         tmf::{self, Scope, TmfRequest},
@@ -222,8 +222,8 @@ impl TransportOps for Iser {
         Some(ep.dst)
     }
 
-    fn ep_device(ep: &IserConn) -> Option<DeviceRef> {
-        ep.res().map(|r| r.dev.dev.clone())
+    fn ep_device(ep: &IserConn) -> Option<kernel::sync::aref::ARef<kernel::device::Device>> {
+        ep.res().and_then(|r| r.dev.dev.parent())
     }
 
     fn conn_slot(ep: &IserConn) -> &ConnSlot {
@@ -260,9 +260,10 @@ impl TransportOps for Iser {
 
     fn send_pdu_hook(
         ep: &Arc<IserConn>,
-        hdr: &[u8; 48],
+        hdr: &[u8; BHS_LEN],
         data: &[u8],
     ) -> Result<Option<PduRewrite>> {
+        let hdr = &Bhs(*hdr);
         if login::opcode(hdr) != login::OP_LOGIN_REQ {
             return Ok(None);
         }
@@ -289,7 +290,7 @@ impl TransportOps for Iser {
                     cap
                 );
                 Some(PduRewrite {
-                    hdr: r.bhs,
+                    hdr: r.bhs.0,
                     data: out,
                 })
             }
@@ -482,7 +483,7 @@ mod tests {
         t.inflight[3].lun = [0, 2, 0, 0, 0, 0, 0, 0];
         t.inflight[3].sends = 1;
         t.held = Some(HeldRsp {
-            bhs: [7; 48],
+            bhs: Bhs([7; BHS_LEN]),
             scope: Scope::Lun(lun),
         });
         assert!(t.busy(Scope::Task(0x22)));
@@ -492,7 +493,7 @@ mod tests {
         assert!(t.release_held().is_none());
         // The command of another LUN does not hold the response back.
         t.inflight[2].sends = 0;
-        assert_eq!(t.release_held(), Some([7; 48]));
+        assert_eq!(t.release_held(), Some(Bhs([7; BHS_LEN])));
         assert!(t.held.is_none());
         assert!(t.busy(Scope::All));
         Ok(())

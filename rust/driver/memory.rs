@@ -57,7 +57,7 @@ impl Inflight {
 /// be reached by the target: libiscsi hands them back to the midlayer as
 /// soon as it sees the response.
 pub(super) struct HeldRsp {
-    pub(super) bhs: [u8; 48],
+    pub(super) bhs: Bhs,
     pub(super) scope: Scope,
 }
 
@@ -148,7 +148,7 @@ impl Track {
     }
 
     /// The held TMF Response, if the commands it waits for are done.
-    pub(super) fn release_held(&mut self) -> Option<[u8; 48]> {
+    pub(super) fn release_held(&mut self) -> Option<Bhs> {
         let scope = self.held.as_ref()?.scope;
         if self.busy(scope) {
             return None;
@@ -170,7 +170,7 @@ impl Res {
         dataouts: u32,
     ) -> Result {
         let idx = task.index();
-        let bhs = task.bhs();
+        let bhs = Bhs(task.bhs());
         let mr_ref = if remote_key {
             Some(task.get_ref().ok_or(EINVAL)?)
         } else {
@@ -203,8 +203,8 @@ impl Res {
             *p = Some((r, true));
         }
         if let Some(f) = t.inflight.get_mut(idx as usize) {
-            f.itt = tmf::itt(&bhs);
-            f.lun = tmf::lun(&bhs);
+            f.itt = bhs.itt();
+            f.lun = bhs.lun();
             f.mr = mr_ref.map(|r| (MrState::Registered, r));
             f.sends = u32::from(counted);
             f.unsent = dataouts;
@@ -311,7 +311,7 @@ impl Res {
     pub(super) fn tmf_response(
         &self,
         req: TmfRequest,
-        bhs: &[u8; 48],
+        bhs: &Bhs,
     ) -> core::result::Result<bool, Failure> {
         let mut todo = KVec::<u32>::new();
         let held = {

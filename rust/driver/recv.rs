@@ -96,8 +96,7 @@ impl IserConn {
             );
             return Err(Failure::AsyncFlood);
         }
-        let mut bhs = [0u8; 48];
-        bhs.copy_from_slice(&bytes[pdu.bhs.clone()]);
+        let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
         let data = &bytes[pdu.data.clone()];
         match pdu.opcode {
             TargetOpcode::TextResponse => {
@@ -164,7 +163,7 @@ impl IserConn {
                 }
             }
         }
-        let r = match self.bound.with(|c| c.complete_pdu(&bhs, data)) {
+        let r = match self.bound.with(|c| c.complete_pdu(bhs.bytes(), data)) {
             Some(Err(_)) => Err(Failure::LibiscsiRejected),
             _ => Ok(()),
         };
@@ -175,8 +174,8 @@ impl IserConn {
     }
 
     /// Hands a held TMF Response to libiscsi (completion context).
-    pub(super) fn deliver_held(&self, bhs: [u8; 48]) {
-        if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(&bhs, &[])) {
+    pub(super) fn deliver_held(&self, bhs: Bhs) {
+        if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(bhs.bytes(), &[])) {
             self.fail(Failure::LibiscsiRejected);
         }
     }

@@ -195,10 +195,10 @@ impl Res {
         CTRL_TX + self.cmds() + self.dataout.len() as u32 + idx
     }
 
-    pub(super) fn headers(iser: IserHeader, bhs: &[u8; 48]) -> Result<[u8; HEADERS_LEN]> {
+    pub(super) fn headers(iser: IserHeader, bhs: &Bhs) -> Result<[u8; HEADERS_LEN]> {
         let mut h = [0u8; HEADERS_LEN];
         iser.encode(&mut h[..ISER_HDR_LEN]).map_err(|_| EINVAL)?;
-        h[ISER_HDR_LEN..].copy_from_slice(bhs);
+        h[ISER_HDR_LEN..].copy_from_slice(bhs.bytes());
         Ok(h)
     }
 }

@@ -8,7 +8,7 @@ use super::*;
 impl Res {
     /// Sends a login, text, NOP-Out, TMF or logout PDU.
     pub(super) fn send_control(&self, task: &Task<'_, Iser>) -> Result {
-        let bhs = task.bhs();
+        let bhs = Bhs(task.bhs());
         let r = self.send_control_pdu(task, &bhs);
         if let Err(e) = r {
             // iscsid reports only that the PDU could not be sent.
@@ -48,7 +48,7 @@ impl Res {
             .ok_or(EBUSY)
     }
 
-    pub(super) fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &[u8; 48]) -> Result {
+    pub(super) fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &Bhs) -> Result {
         let data = task.mgmt_data();
         let hdrs = Self::headers(IserHeader::default(), bhs)?;
         // A PDU that expects no response is released by the layer once
@@ -88,7 +88,7 @@ impl Res {
         if let Some(req) = tmf::tmf_request(bhs) {
             t.tmf = Some(req);
         } else if tmf::is_logout_request(bhs) {
-            t.logout_itt = Some(tmf::itt(bhs));
+            t.logout_itt = Some(bhs.itt());
         }
         Ok(())
     }
@@ -192,7 +192,7 @@ impl Res {
             Access::Local
         };
         let remote_key = uses_mr && access != Access::Local;
-        let hdrs = Self::headers(iser, &task.bhs())?;
+        let hdrs = Self::headers(iser, &Bhs(task.bhs()))?;
         let imm = task.imm_count();
         // A PDU without immediate data goes inline when the QP takes it: the
         // provider copies it while posting, so the SEND needs no completion
@@ -354,7 +354,7 @@ impl Res {
                 }
             }
             let buf = &self.dataout[slot as usize];
-            let sent = Self::headers(IserHeader::default(), &d.bhs)
+            let sent = Self::headers(IserHeader::default(), &Bhs(d.bhs))
                 .and_then(|hdrs| buf.write(0, &hdrs))
                 .and_then(|()| {
                     if fault::hit(Site::PostDataOut) {

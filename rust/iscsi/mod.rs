@@ -104,17 +104,17 @@ pub(crate) const fn cmd_size() -> u32 {
 mod task;
 mod transport;
 
-pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef};
+pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, BHS_LEN};
 pub(crate) use transport::{Registry, Transport};
 
-use crate::rdma::conn::DeviceRef;
 use core::net::SocketAddrV4;
+use kernel::sync::aref::ARef;
 use kernel::sync::Arc;
 
 /// A PDU to send in place of the one iscsid built.
 pub(crate) struct PduRewrite {
     /// The BHS.
-    pub(crate) hdr: [u8; 48],
+    pub(crate) hdr: [u8; BHS_LEN],
     /// The data segment.
     pub(crate) data: kernel::alloc::KVec<u8>,
 }
@@ -180,8 +180,9 @@ pub(crate) trait TransportOps: 'static + Sized {
         None
     }
 
-    /// The RDMA device of the endpoint, for the SCSI host's DMA parent.
-    fn ep_device(_ep: &Self::Ep) -> Option<DeviceRef> {
+    /// The device the endpoint's connection goes through, which the
+    /// session's SCSI host is made a child of (and does DMA for).
+    fn ep_device(_ep: &Self::Ep) -> Option<ARef<kernel::device::Device>> {
         None
     }
 
@@ -206,7 +207,7 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// transport may send a rewritten PDU instead.
     fn send_pdu_hook(
         _ep: &Arc<Self::Ep>,
-        _hdr: &[u8; 48],
+        _hdr: &[u8; BHS_LEN],
         _data: &[u8],
     ) -> Result<Option<PduRewrite>> {
         Ok(None)

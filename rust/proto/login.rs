@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::ProtoError;
+use super::{pdu::Bhs, ProtoError};
 
 /// Login Request opcode (with the immediate bit).
 pub(crate) const OP_LOGIN_REQ: u8 = 0x03;
@@ -30,18 +30,18 @@ pub(crate) struct Stage {
 }
 
 /// The opcode of a BHS, without the immediate bit.
-pub(crate) fn opcode(bhs: &[u8; 48]) -> u8 {
-    bhs[0] & 0x3f
+pub(crate) fn opcode(bhs: &Bhs) -> u8 {
+    bhs.opcode()
 }
 
 /// The stage fields of a Login Request or Response BHS, or `None` for
 /// another opcode.
-pub(crate) fn stage(bhs: &[u8; 48]) -> Option<Stage> {
+pub(crate) fn stage(bhs: &Bhs) -> Option<Stage> {
     let op = opcode(bhs);
     if op != OP_LOGIN_REQ && op != OP_LOGIN_RSP {
         return None;
     }
-    let f = bhs[1];
+    let f = bhs.flags();
     Some(Stage {
         transit: f & 0x80 != 0,
         csg: (f >> 2) & 3,
@@ -50,13 +50,13 @@ pub(crate) fn stage(bhs: &[u8; 48]) -> Option<Stage> {
 }
 
 /// Whether the PDU moves the connection to the full feature phase.
-pub(crate) fn enters_full_feature(bhs: &[u8; 48]) -> bool {
+pub(crate) fn enters_full_feature(bhs: &Bhs) -> bool {
     stage(bhs).is_some_and(|s| s.transit && s.nsg == FULL_FEATURE)
 }
 
 /// Whether a Login Response reports success (status class 0).
-pub(crate) fn login_ok(bhs: &[u8; 48]) -> bool {
-    opcode(bhs) == OP_LOGIN_RSP && bhs[36] == 0
+pub(crate) fn login_ok(bhs: &Bhs) -> bool {
+    opcode(bhs) == OP_LOGIN_RSP && bhs.bytes()[36] == 0
 }
 
 /// The value of `key` in a text segment (`key=value` pairs, each ended by
@@ -146,7 +146,7 @@ pub(crate) fn clamp_key(text: &[u8], key: &str, max: u32, out: &mut [u8]) -> Opt
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecvLimitRewrite {
     /// The BHS, its DataSegmentLength shrunk by what the text lost.
-    pub(crate) bhs: [u8; 48],
+    pub(crate) bhs: Bhs,
     /// The length of the rewritten text (at the start of `out`).
     pub(crate) len: usize,
     /// The key whose value was lowered.
@@ -164,7 +164,7 @@ pub(crate) struct RecvLimitRewrite {
 /// may pass padding beyond it, which stays as it was); a DataSegmentLength
 /// smaller than that is refused ([`ProtoError::DataLength`]).
 pub(crate) fn declare_recv_limit(
-    bhs: &[u8; 48],
+    bhs: &Bhs,
     text: &[u8],
     cap: u32,
     out: &mut [u8],
@@ -176,14 +176,12 @@ pub(crate) fn declare_recv_limit(
     else {
         return Ok(None);
     };
-    let old = u32::from_be_bytes([0, bhs[5], bhs[6], bhs[7]]);
     let removed = u32::try_from(text.len() - len).map_err(|_| ProtoError::DataLength)?;
-    let dsl = old
+    let new = bhs
+        .data_segment_length()
         .checked_sub(removed)
-        .ok_or(ProtoError::DataLength)?
-        .to_be_bytes();
-    let mut new = *bhs;
-    new[5..8].copy_from_slice(&dsl[1..]);
+        .and_then(|dsl| bhs.with_data_segment_length(dsl))
+        .ok_or(ProtoError::DataLength)?;
     Ok(Some(RecvLimitRewrite { bhs: new, len, key }))
 }
 
@@ -304,11 +302,11 @@ mod tests {
         }
     }
 
-    fn bhs(op: u8, flags: u8) -> [u8; 48] {
+    fn bhs(op: u8, flags: u8) -> Bhs {
         let mut b = [0u8; 48];
         b[0] = op;
         b[1] = flags;
-        b
+        Bhs(b)
     }
 
     #[test]
@@ -336,7 +334,7 @@ mod tests {
     fn login_status_is_read_from_byte_36() {
         let mut b = bhs(OP_LOGIN_RSP, 0x87);
         assert!(login_ok(&b));
-        b[36] = 2; // initiator error
+        b.0[36] = 2; // initiator error
         assert!(!login_ok(&b));
         assert!(!login_ok(&bhs(OP_LOGIN_REQ, 0x87)));
     }
@@ -364,10 +362,10 @@ mod tests {
     #[test]
     fn a_login_request_declares_no_more_than_the_receives_hold() {
         let text = b"InitiatorRecvDataSegmentLength=262144\0MaxRecvDataSegmentLength=262144\0";
-        let mut bhs = [0u8; 48];
-        bhs[0] = OP_LOGIN_REQ;
+        let mut bhs = Bhs([0u8; 48]);
+        bhs.0[0] = OP_LOGIN_REQ;
         // DataSegmentLength 80: the 74 bytes of text and padding.
-        bhs[7] = 80;
+        bhs.0[7] = 80;
         let mut out = [0u8; 128];
         let r = declare_recv_limit(&bhs, text, 8192, &mut out);
         let Ok(Some(r)) = r else {
@@ -379,12 +377,12 @@ mod tests {
             &out[..r.len],
             &b"InitiatorRecvDataSegmentLength=8192\0MaxRecvDataSegmentLength=262144\0"[..]
         );
-        assert_eq!(r.bhs[7], 78);
-        assert_eq!(r.bhs[..5], bhs[..5]);
-        assert_eq!(r.bhs[8..], bhs[8..]);
+        assert_eq!(r.bhs.data_segment_length(), 78);
+        assert_eq!(r.bhs.0[..5], bhs.0[..5]);
+        assert_eq!(r.bhs.0[8..], bhs.0[8..]);
         // Discovery declares MaxRecvDataSegmentLength only.
         let d = b"SessionType=Discovery\0MaxRecvDataSegmentLength=1048576\0";
-        bhs[7] = 56;
+        bhs.0[7] = 56;
         let r = declare_recv_limit(&bhs, d, 262144, &mut out);
         assert!(matches!(
             r,
@@ -400,7 +398,7 @@ mod tests {
             Ok(None)
         );
         // A DataSegmentLength shorter than what the rewrite removes.
-        bhs[7] = 1;
+        bhs.0[7] = 1;
         assert_eq!(
             declare_recv_limit(&bhs, text, 8192, &mut out),
             Err(ProtoError::DataLength)

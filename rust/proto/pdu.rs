@@ -26,6 +26,66 @@ pub(crate) const HEADERS_LEN: usize = ISER_HDR_LEN + BHS_LEN;
 /// The largest data segment a BHS can describe (24 bits).
 pub(crate) const MAX_DSL: u32 = (1 << 24) - 1;
 
+/// An iSCSI basic header segment (RFC 7143, 11.2.1), with the fields riser
+/// reads. Any 48 bytes are a `Bhs`: what they mean depends on the opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct Bhs(pub(crate) [u8; BHS_LEN]);
+
+impl Bhs {
+    /// The first `BHS_LEN` bytes of `b`, if it holds that many.
+    pub(crate) fn from_slice(b: &[u8]) -> Option<Self> {
+        Some(Self(b.get(..BHS_LEN)?.try_into().ok()?))
+    }
+
+    /// The bytes, as on the wire.
+    pub(crate) fn bytes(&self) -> &[u8; BHS_LEN] {
+        &self.0
+    }
+
+    /// The opcode, without the immediate bit.
+    pub(crate) fn opcode(&self) -> u8 {
+        self.0[0] & 0x3f
+    }
+
+    /// The first flags byte.
+    pub(crate) fn flags(&self) -> u8 {
+        self.0[1]
+    }
+
+    /// The big-endian word at byte `at` (of the 48).
+    pub(crate) fn be32(&self, at: usize) -> u32 {
+        let w = [self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]];
+        u32::from_be_bytes(w)
+    }
+
+    /// The Initiator Task Tag, as on the wire.
+    pub(crate) fn itt(&self) -> u32 {
+        self.be32(16)
+    }
+
+    /// The LUN field.
+    pub(crate) fn lun(&self) -> [u8; 8] {
+        let mut l = [0u8; 8];
+        l.copy_from_slice(&self.0[8..16]);
+        l
+    }
+
+    /// DataSegmentLength.
+    pub(crate) fn data_segment_length(&self) -> u32 {
+        u32::from_be_bytes([0, self.0[5], self.0[6], self.0[7]])
+    }
+
+    /// The same BHS with DataSegmentLength `n`; `None` above [`MAX_DSL`].
+    pub(crate) fn with_data_segment_length(mut self, n: u32) -> Option<Self> {
+        if n > MAX_DSL {
+            return None;
+        }
+        self.0[5..8].copy_from_slice(&n.to_be_bytes()[1..]);
+        Some(self)
+    }
+}
+
 /// Opcodes a target sends (RFC 7143, section 11.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TargetOpcode {
@@ -191,6 +251,28 @@ mod tests {
         b[ISER_HDR_LEN + 16..ISER_HDR_LEN + 20].copy_from_slice(&itt.to_be_bytes());
         let d = usize::try_from(dsl).map_err(|_| ProtoError::DataLength)?;
         Ok((b, HEADERS_LEN + d.next_multiple_of(4)))
+    }
+
+    #[test]
+    fn a_bhs_reads_its_fields_where_rfc_7143_puts_them() {
+        let mut b = [0u8; 60];
+        b[0] = 0x40 | 0x02;
+        b[1] = 0x81;
+        b[5..8].copy_from_slice(&[0x01, 0x02, 0x03]);
+        b[8..16].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+        b[16..20].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        let h = Bhs::from_slice(&b).expect("48 bytes");
+        assert_eq!(h.opcode(), 0x02);
+        assert_eq!(h.flags(), 0x81);
+        assert_eq!(h.data_segment_length(), 0x01_0203);
+        assert_eq!(h.lun(), [0, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(h.itt(), 0x1234_5678);
+        let h2 = h.with_data_segment_length(7).expect("fits");
+        assert_eq!(h2.data_segment_length(), 7);
+        assert_eq!(h2.bytes()[..5], h.bytes()[..5]);
+        assert_eq!(h2.bytes()[8..], h.bytes()[8..]);
+        assert_eq!(h.with_data_segment_length(MAX_DSL + 1), None);
+        assert_eq!(Bhs::from_slice(&b[..47]), None);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! decisions behind "no rkey outlives its command" for commands that end
 //! without a SCSI Response of their own (RFC 7143 11.5, 11.14).
 
+use super::pdu::Bhs;
+
 /// The opcode of a Task Management Function Request.
 pub(crate) const OP_TMF_REQ: u8 = 0x02;
 /// The opcode of a Logout Request.
@@ -46,47 +48,31 @@ pub(crate) struct TmfRequest {
     pub(crate) scope: Scope,
 }
 
-fn be32(bhs: &[u8; 48], at: usize) -> u32 {
-    u32::from_be_bytes([bhs[at], bhs[at + 1], bhs[at + 2], bhs[at + 3]])
-}
-
-/// The ITT of a BHS, as on the wire.
-pub(crate) fn itt(bhs: &[u8; 48]) -> u32 {
-    be32(bhs, 16)
-}
-
-/// The LUN field of a BHS.
-pub(crate) fn lun(bhs: &[u8; 48]) -> [u8; 8] {
-    let mut l = [0u8; 8];
-    l.copy_from_slice(&bhs[8..16]);
-    l
-}
-
 /// The TMF request a BHS holds, or `None` for another opcode.
-pub(crate) fn tmf_request(bhs: &[u8; 48]) -> Option<TmfRequest> {
-    if bhs[0] & 0x3f != OP_TMF_REQ {
+pub(crate) fn tmf_request(bhs: &Bhs) -> Option<TmfRequest> {
+    if bhs.opcode() != OP_TMF_REQ {
         return None;
     }
-    let scope = match bhs[1] & 0x7f {
-        1 => Scope::Task(be32(bhs, 20)),
-        2 | 4 | 5 => Scope::Lun(lun(bhs)),
+    let scope = match bhs.flags() & 0x7f {
+        1 => Scope::Task(bhs.be32(20)),
+        2 | 4 | 5 => Scope::Lun(bhs.lun()),
         6 | 7 => Scope::All,
         _ => Scope::Nothing,
     };
     Some(TmfRequest {
-        itt: itt(bhs),
+        itt: bhs.itt(),
         scope,
     })
 }
 
 /// The response code of a TMF Response BHS.
-pub(crate) fn tmf_response(bhs: &[u8; 48]) -> u8 {
-    bhs[2]
+pub(crate) fn tmf_response(bhs: &Bhs) -> u8 {
+    bhs.bytes()[2]
 }
 
 /// Whether a BHS is a Logout Request.
-pub(crate) fn is_logout_request(bhs: &[u8; 48]) -> bool {
-    bhs[0] & 0x3f == OP_LOGOUT_REQ
+pub(crate) fn is_logout_request(bhs: &Bhs) -> bool {
+    bhs.opcode() == OP_LOGOUT_REQ
 }
 
 #[cfg(MODULE)]
@@ -99,14 +85,14 @@ use kernel::prelude::kunit_tests;
 mod tests {
     use super::*;
 
-    fn tmf(function: u8, lun: [u8; 8], itt: u32, rtt: u32) -> [u8; 48] {
-        let mut b = [0u8; 48];
+    fn tmf(function: u8, lun: [u8; 8], itt: u32, rtt: u32) -> Bhs {
+        let mut b = Bhs([0u8; 48]);
         // Immediate bit set, as libiscsi sends TMFs.
-        b[0] = 0x40 | OP_TMF_REQ;
-        b[1] = 0x80 | function;
-        b[8..16].copy_from_slice(&lun);
-        b[16..20].copy_from_slice(&itt.to_be_bytes());
-        b[20..24].copy_from_slice(&rtt.to_be_bytes());
+        b.0[0] = 0x40 | OP_TMF_REQ;
+        b.0[1] = 0x80 | function;
+        b.0[8..16].copy_from_slice(&lun);
+        b.0[16..20].copy_from_slice(&itt.to_be_bytes());
+        b.0[20..24].copy_from_slice(&rtt.to_be_bytes());
         b
     }
 
@@ -151,11 +137,11 @@ mod tests {
     #[test]
     fn other_opcodes_are_not_tmfs() {
         let mut b = tmf(1, L1, 1, 2);
-        b[0] = 0x01;
+        b.0[0] = 0x01;
         assert!(tmf_request(&b).is_none());
-        b[0] = 0x46;
+        b.0[0] = 0x46;
         assert!(is_logout_request(&b));
         assert!(tmf_request(&b).is_none());
-        assert_eq!(itt(&b), 1);
+        assert_eq!(b.itt(), 1);
     }
 }

@@ -14,6 +14,7 @@ use kernel::{
     error::{from_err_ptr, from_result, to_result},
     prelude::*,
     str::CStrExt,
+    sync::aref::ARef,
     types::{ForeignOwnable, Opaque},
 };
 
@@ -175,6 +176,19 @@ impl DeviceRef {
     pub(crate) fn device(&self) -> &Device {
         // SAFETY: The reference keeps the device valid (type invariant).
         unsafe { Device::from_raw(self.ptr.as_ptr()) }
+    }
+
+    /// The device the RDMA device sits on (the parent of its `struct
+    /// device`: a PCI function, or the network device's parent for soft
+    /// RDMA), counted: the SCSI hosts of riser's sessions go under it.
+    pub(crate) fn parent(&self) -> Option<ARef<kernel::device::Device>> {
+        // SAFETY: The device is valid (type invariant); the embedded
+        // `struct device`'s parent is set at registration and not changed.
+        let p = unsafe { (*self.raw()).__bindgen_anon_1.dev.as_ref().parent };
+        // SAFETY: A registered device holds a reference on its parent, so
+        // the parent is live with a non-zero count; a device's release may
+        // run on any thread.
+        (!p.is_null()).then(|| unsafe { kernel::device::Device::get_device(p) })
     }
 
     pub(super) fn raw(&self) -> *mut bindings::ib_device {

@@ -90,12 +90,12 @@ pub(super) fn create_session<T: TransportOps>(
             (*sh).virt_boundary_mask = 4096 - 1;
         }
     }
-    let parent = match &dev {
-        // SAFETY: The device is referenced by `dev`; its embedded `struct
-        // device`'s parent is set at registration.
-        Some(d) => unsafe { (*d.device().as_raw()).__bindgen_anon_1.dev.as_ref().parent },
-        None => null_mut(),
-    };
+    let parent = dev.as_ref().map_or(null_mut(), |d| {
+        // `Device` is transparent over the C `struct device`.
+        core::ptr::from_ref::<kernel::device::Device>(d)
+            .cast_mut()
+            .cast::<bindings::device>()
+    });
     // SAFETY: `sh` is a valid new host; `parent` is null or a live device.
     if let Err(e) = to_result(unsafe { bindings::iscsi_host_add(sh, parent) }) {
         // SAFETY: The host was allocated above and not added.

@@ -21,7 +21,7 @@ mod proto;
 
 use common::Input;
 use libfuzzer_sys::fuzz_target;
-use proto::login;
+use proto::{login, pdu::Bhs};
 
 const IRDSL: &str = "InitiatorRecvDataSegmentLength";
 const MRDSL: &str = "MaxRecvDataSegmentLength";
@@ -53,17 +53,18 @@ fn value_of<'a>(pair: &'a [u8], key: &str) -> Option<&'a [u8]> {
     pair.strip_prefix(key.as_bytes())?.strip_prefix(b"=")
 }
 
-fn check_bhs(bhs: &[u8; 48]) {
+fn check_bhs(raw: &[u8; 48]) {
+    let bhs = &Bhs(*raw);
     let op = login::opcode(bhs);
-    assert_eq!(op, bhs[0] & 0x3f);
+    assert_eq!(op, raw[0] & 0x3f);
     let stage = login::stage(bhs);
     assert_eq!(
         stage.is_some(),
         op == login::OP_LOGIN_REQ || op == login::OP_LOGIN_RSP
     );
     if let Some(s) = stage {
-        assert_eq!(s.transit, bhs[1] & 0x80 != 0);
-        assert_eq!((s.csg, s.nsg), ((bhs[1] >> 2) & 3, bhs[1] & 3));
+        assert_eq!(s.transit, raw[1] & 0x80 != 0);
+        assert_eq!((s.csg, s.nsg), ((raw[1] >> 2) & 3, raw[1] & 3));
     }
     assert_eq!(
         login::enters_full_feature(bhs),
@@ -71,7 +72,7 @@ fn check_bhs(bhs: &[u8; 48]) {
     );
     assert_eq!(
         login::login_ok(bhs),
-        op == login::OP_LOGIN_RSP && bhs[36] == 0
+        op == login::OP_LOGIN_RSP && raw[36] == 0
     );
 }
 
@@ -165,9 +166,10 @@ fn check_clamp(text: &[u8], k: &str, max: u32, out_len: usize) {
 /// exactly as `clamp_key` does, and shrinks the BHS's DataSegmentLength by
 /// the bytes the text lost, touching no other BHS byte; it refuses only a
 /// DataSegmentLength smaller than that.
-fn check_recv_limit(bhs: &[u8; 48], text: &[u8], max: u32) {
+fn check_recv_limit(raw: &[u8; 48], text: &[u8], max: u32) {
+    let bhs = raw;
     let mut out = vec![0u8; text.len()];
-    let got = login::declare_recv_limit(bhs, text, max, &mut out);
+    let got = login::declare_recv_limit(&Bhs(*raw), text, max, &mut out);
     let expected = [IRDSL, MRDSL].into_iter().find_map(|k| {
         let mut o = vec![0u8; text.len()];
         login::clamp_key(text, k, max, &mut o).map(|n| (k, n, o))
@@ -178,9 +180,9 @@ fn check_recv_limit(bhs: &[u8; 48], text: &[u8], max: u32) {
         (Ok(Some(r)), Some((k, n, o))) => {
             assert_eq!((r.key, r.len), (k, n));
             assert_eq!(&out[..n], &o[..n]);
-            assert_eq!(dsl(bhs) - dsl(&r.bhs), (text.len() - n) as u32);
-            assert_eq!(r.bhs[..5], bhs[..5]);
-            assert_eq!(r.bhs[8..], bhs[8..]);
+            assert_eq!(dsl(bhs) - dsl(&r.bhs.0), (text.len() - n) as u32);
+            assert_eq!(r.bhs.0[..5], bhs[..5]);
+            assert_eq!(r.bhs.0[8..], bhs[8..]);
         }
         (Err(_), Some((_, n, _))) => {
             assert!(dsl(bhs) < (text.len() - n) as u32);
