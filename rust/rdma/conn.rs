@@ -246,6 +246,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         if fault::hit(Site::PostRecv) {
             return Err(EIO);
         }
+        // The device writes a receive: the buffer must be mapped for it
+        // to (and, as `sge` checks, on this connection's device).
+        if buf.dir != DmaDir::FromDevice {
+            return Err(EINVAL);
+        }
         let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
         // The tag first: a buffer still posted (or being read after its
         // completion, before its repost) is not handed to the device again.
@@ -352,6 +357,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     // The tag keeps only `keep` alive until the completion.
                     let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
                     if !sges.iter().all(|s| s.buf.is_none_or(kept)) {
+                        return Err(EINVAL);
+                    }
+                    // Memory this device may read, and nothing else.
+                    let dev = self.pd.device_ptr();
+                    if !sges.iter().all(|s| s.dev == dev && s.to_device) {
                         return Err(EINVAL);
                     }
                 }

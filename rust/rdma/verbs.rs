@@ -17,7 +17,7 @@ use kernel::{error::from_err_ptr, prelude::*};
 /// before it is dropped. `_dev` keeps the device registered until then.
 pub(crate) struct Pd {
     ptr: NonNull<bindings::ib_pd>,
-    _dev: DeviceRef,
+    dev: DeviceRef,
 }
 
 // SAFETY: A PD may be used and freed from any thread.
@@ -49,8 +49,14 @@ impl Pd {
         // registered while `dev_ref` lives.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
-            _dev: dev_ref,
+            dev: dev_ref,
         })
+    }
+
+    /// The device the PD is on, for comparing with the device memory was
+    /// mapped on.
+    pub(super) fn device_ptr(&self) -> *mut bindings::ib_device {
+        self.dev.raw()
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_pd {

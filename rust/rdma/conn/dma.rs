@@ -102,7 +102,8 @@ impl DmaBuf {
     /// [`SendOp::Send`]).
     pub(crate) fn sge(&self, off: usize, len: usize, pd: &Pd) -> Result<Sge<'_>> {
         let end = off.checked_add(len).ok_or(EINVAL)?;
-        if end > self.len {
+        // The lkey is `pd`'s, the address this device's: one device.
+        if end > self.len || pd.device_ptr() != self.dev.raw() {
             return Err(EINVAL);
         }
         Ok(Sge {
@@ -110,6 +111,8 @@ impl DmaBuf {
             length: u32::try_from(len)?,
             lkey: pd.local_dma_lkey(),
             buf: Some(self),
+            dev: self.dev.raw(),
+            to_device: self.dir == DmaDir::ToDevice,
             _mem: PhantomData,
         })
     }
@@ -320,13 +323,15 @@ impl DmaSg {
     /// (ib_iser's `always_register=0`). `None` for several segments or a PD
     /// without a global rkey.
     pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration<'_>> {
-        let (addr, len) = self.single()?;
+        let (addr, len) = self.single_on(pd)?;
         Some(Registration {
             rkey: pd.global_rkey()?,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
             mr: None,
+            dev: self.dev.raw(),
+            to_device: self.dir == DmaDir::ToDevice,
             _sg: PhantomData,
         })
     }
@@ -337,15 +342,25 @@ impl DmaSg {
     /// itself (a write's immediate data), which needs no registration.
     /// `None` for several segments.
     pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration<'_>> {
-        let (addr, len) = self.single()?;
+        let (addr, len) = self.single_on(pd)?;
         Some(Registration {
             rkey: 0,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
             mr: None,
+            dev: self.dev.raw(),
+            to_device: self.dir == DmaDir::ToDevice,
             _sg: PhantomData,
         })
+    }
+
+    /// As [`DmaSg::single`], for a `pd` on the device of the mapping (its
+    /// keys name this device's addresses only).
+    fn single_on(&self, pd: &Pd) -> Option<(u64, u32)> {
+        (pd.device_ptr() == self.dev.raw())
+            .then(|| self.single())
+            .flatten()
     }
 
     /// The DMA address and length of a single-segment mapping.

@@ -75,6 +75,13 @@ impl MrClaim<'_> {
             return Err(EINVAL);
         }
         let p = self.slot.ptr.as_ptr();
+        // SAFETY: The MR is valid (type invariant of `MrSlot`); its device
+        // is set at allocation and never changed.
+        let dev = unsafe { (*p).device };
+        // An MR maps addresses of its own device only.
+        if dev != sg.dev.raw() {
+            return Err(EINVAL);
+        }
         // The keys' low byte is the consumer's to rotate; the registration in
         // the hardware keeps its key (`reg_rkey`) until invalidated.
         // SAFETY: The MR is valid (type invariant of `MrSlot`), and only the
@@ -101,6 +108,8 @@ impl MrClaim<'_> {
                 iova: (*p).iova,
                 len: u32::try_from((*p).length)?,
                 mr: Some(self.slot),
+                dev,
+                to_device: sg.dir == DmaDir::ToDevice,
                 _sg: PhantomData,
             }
         };

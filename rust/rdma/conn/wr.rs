@@ -20,6 +20,12 @@ pub(crate) struct Sge<'a> {
     /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
     /// naming it must hold it until its completion.
     pub(super) buf: Option<&'a DmaBuf>,
+    /// The device the memory is mapped on: work requests go only to a QP
+    /// of that device.
+    pub(super) dev: *mut bindings::ib_device,
+    /// Whether the memory is mapped for the device to read (what a SEND
+    /// may name).
+    pub(super) to_device: bool,
     pub(super) _mem: PhantomData<&'a ()>,
 }
 
@@ -49,6 +55,9 @@ pub(crate) struct Registration<'a> {
     pub(super) lkey: u32,
     /// The claimed MR the mapping is in, if it is in one.
     pub(super) mr: Option<&'a MrSlot>,
+    /// The device the data is mapped on, and whether for it to read.
+    pub(super) dev: *mut bindings::ib_device,
+    pub(super) to_device: bool,
     pub(super) _sg: PhantomData<&'a DmaSg>,
 }
 
@@ -79,6 +88,8 @@ impl<'a> Registration<'a> {
             length: len,
             lkey: self.lkey,
             buf: None,
+            dev: self.dev,
+            to_device: self.to_device,
             _mem: PhantomData,
         })
     }
