@@ -6,6 +6,9 @@
 //! memory regions; `wr`: scatter/gather entries, registrations, send
 //! operations and completion tags).
 //!
+//! A little over 600 lines: posting a chain of work requests (its
+//! validation, MR state and rollback) is one function, kept whole.
+//!
 //! Lifetimes are structural: a [`Connection`] owns its CM id, QP, CQ, MRs
 //! and completion tags, and destroys the QP before anything a work request
 //! may name; a buffer given to a posted work request is kept alive by the
