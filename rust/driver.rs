@@ -25,48 +25,29 @@ mod recv;
 mod res;
 mod send;
 
-use conn::*;
-use device::*;
-use memory::*;
-use res::*;
-
 use crate::{
-    fault::{self, Site},
     iscsi::{
         self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, PduRewrite, Registry,
-        SessionLimits, Task, TaskRef, Transport, TransportOps,
+        SessionLimits, Task, Transport, TransportOps,
     },
     proto::{
-        iser::{CmHeader, IserHeader, StagVa, ISER_CM_HDR_LEN, ISER_HDR_LEN},
         login,
-        pdu::{Bhs, RxPdu, TargetOpcode, BHS_LEN, HEADERS_LEN},
-        ratelimit,
-        sizing::{self, ConnSizing, Params, DATAOUT_SLOTS_PER_CMD},
-        tmf::{self, Scope, TmfRequest},
+        pdu::{Bhs, BHS_LEN, HEADERS_LEN},
+        sizing::{self, Params},
+        tmf::Scope,
     },
     rdma::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef},
-        conn::{
-            Access, ConnCaps, Connection, DeviceRef, DmaBuf, DmaDir, QpHandler, Registration,
-            SendOp, Sge, Wc, UNSIGNALED_TAG,
-        },
-        Client, ClientDriver, Cq, Device, DeviceCaps, Pd, PollContext,
+        conn::{DmaBuf, DmaDir},
+        Client,
     },
     scsi::{HostLimits, HostTemplate},
 };
-use core::{
-    net::SocketAddrV4,
-    sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering},
-};
-use kernel::{
-    alloc::{KBox, KVVec, KVec},
-    new_condvar, new_mutex, new_spinlock, new_spinlock_irq,
-    prelude::*,
-    revocable::Revocable,
-    str::BStr,
-    sync::{Arc, CondVar, Mutex, SetOnce, SpinLock, SpinLockIrq},
-    time::{msecs_to_jiffies, Instant, Monotonic},
-};
+use conn::IserConn;
+use core::net::SocketAddrV4;
+use core::sync::atomic::Ordering;
+use kernel::{alloc::KVec, prelude::*, sync::Arc};
+use memory::{HeldRsp, Track};
+use res::{Res, RxBufs, RxCopy};
 
 /// The module: the registered transport, the RDMA client and the SCSI host
 /// template, torn down in that order.

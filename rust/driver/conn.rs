@@ -3,7 +3,38 @@
 //! The iSER connection and its RDMA CM state machine: connect, poll,
 //! teardown, and the CM events (iser_verbs.c's connection half).
 
-use super::*;
+use super::{
+    device::DevUse,
+    res::{Bufs, Res, CTRL_TX},
+    Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RESOLVE_TIMEOUT_MS,
+};
+use crate::{
+    iscsi::ConnSlot,
+    proto::{
+        iser::{CmHeader, ISER_CM_HDR_LEN},
+        pdu::HEADERS_LEN,
+        ratelimit,
+        sizing::{self, Params, DATAOUT_SLOTS_PER_CMD},
+    },
+    rdma::{
+        cm::{CmEvent, CmHandler, CmId, CmIdRef},
+        conn::{ConnCaps, Connection},
+        Client, Cq, PollContext,
+    },
+};
+use core::net::SocketAddrV4;
+use core::sync::atomic::AtomicI64;
+use core::sync::atomic::AtomicU32;
+use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{
+    alloc::KBox,
+    new_condvar, new_mutex,
+    prelude::*,
+    revocable::Revocable,
+    sync::{Arc, CondVar, Mutex, SetOnce},
+    time::{msecs_to_jiffies, Instant, Monotonic},
+};
 
 /// Why riser fails a connection (hands it to iscsid's recovery): said once
 /// in the log as "connection to ADDR failed: REASON".

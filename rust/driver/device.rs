@@ -4,7 +4,15 @@
 //! the first and freed with the last, and the `ib_client` that tracks devices
 //! (as ib_iser's iser_verbs.c does for its device list).
 
-use super::*;
+use super::Iser;
+use crate::rdma::{conn::DeviceRef, ClientDriver, Device, DeviceCaps, Pd};
+use kernel::{
+    alloc::KBox,
+    new_mutex,
+    prelude::*,
+    str::BStr,
+    sync::{Arc, Mutex},
+};
 
 /// What riser keeps for an RDMA device while connections use it: its PD,
 /// shared by those connections, and its limits.

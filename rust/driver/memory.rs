@@ -5,7 +5,17 @@
 //! target with its response, or by riser), and the task references that
 //! hold the command until then (iser_memory.c's concern).
 
-use super::*;
+use super::{conn::Failure, res::Res, Iser};
+use crate::{
+    iscsi::{Task, TaskRef},
+    proto::{
+        pdu::Bhs,
+        tmf::{self, Scope, TmfRequest},
+    },
+    rdma::conn::SendOp,
+};
+use core::sync::atomic::Ordering;
+use kernel::{alloc::KVec, prelude::*};
 
 /// Where a command's memory registration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,20 @@
 //! validated, handed to libiscsi and its buffer reposted; send completions
 //! release what their work requests held (iser_initiator.c's receive half).
 
-use super::*;
+use super::{
+    conn::{Failure, IserConn},
+    res::{Res, CTRL_TX},
+    ASYNC_PER_SEC, ITT_INDEX_MASK,
+};
+use crate::{
+    proto::{
+        login,
+        pdu::{Bhs, RxPdu, TargetOpcode},
+    },
+    rdma::conn::{QpHandler, Wc, UNSIGNALED_TAG},
+};
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
 
 impl IserConn {
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.

@@ -3,7 +3,24 @@
 //! A connected iSER connection's resources: the QP, its buffers and the
 //! command bookkeeping, made when the route resolves and dropped at teardown.
 
-use super::*;
+use super::{conn::IserConn, device::DevUse, memory::Track, LOGIN_DATA};
+use crate::{
+    proto::{
+        iser::{IserHeader, ISER_HDR_LEN},
+        pdu::{Bhs, HEADERS_LEN},
+        sizing::{self, ConnSizing},
+    },
+    rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir},
+};
+use core::sync::atomic::AtomicBool;
+use core::sync::atomic::AtomicU32;
+use core::sync::atomic::AtomicU64;
+use kernel::{
+    alloc::{KBox, KVVec, KVec},
+    new_spinlock, new_spinlock_irq,
+    prelude::*,
+    sync::{Arc, SetOnce, SpinLock, SpinLockIrq},
+};
 
 /// The resources of a connected iSER connection. Dropping it (after the
 /// revocation that stops every fast-path user) disconnects, drains and

@@ -3,7 +3,25 @@
 //! The send path: control PDUs, SCSI commands with their registration and
 //! immediate data, and unsolicited Data-Outs (iser_initiator.c's send half).
 
-use super::*;
+use super::{
+    conn::Failure,
+    memory::Track,
+    res::{Res, CTRL_TX},
+    Iser, LOGIN_DATA,
+};
+use crate::{
+    fault::{self, Site},
+    iscsi::{Direction, Task},
+    proto::{
+        iser::{IserHeader, StagVa},
+        login,
+        pdu::{Bhs, HEADERS_LEN},
+        tmf,
+    },
+    rdma::conn::{Access, DmaBuf, Registration, SendOp, Sge},
+};
+use core::sync::atomic::Ordering;
+use kernel::{prelude::*, sync::Arc};
 
 impl Res {
     /// Sends a login, text, NOP-Out, TMF or logout PDU.
