@@ -356,14 +356,17 @@ impl IserConn {
                 n
             );
         }
-        self.release();
+        self.release(true);
     }
 
     /// Frees the RDMA resources: the QP (drained first), CQ, MRs, buffers,
-    /// the device context and the CM id. Returns when they are gone, also
-    /// when another thread freed them: `ep_disconnect` and the CM's
-    /// device-removal handler may both get here.
-    pub(super) fn release(&self) {
+    /// the device context and the CM id. `ep_disconnect` and the CM's
+    /// device-removal handler may both get here. Returns when they are
+    /// gone, also when the other one freed them, unless `wait` is false:
+    /// the device-removal handler must not wait for a thread whose drop of
+    /// the CM id waits (in `rdma_destroy_id`) for that very handler. The
+    /// CM itself waits for the id to be destroyed before the device goes.
+    pub(super) fn release(&self, wait: bool) {
         // Destroying the id waits for its handler, which takes the state
         // lock: done outside it. (In the id's own handler, dropping it gives
         // it to the CM instead.)
@@ -385,7 +388,7 @@ impl IserConn {
         if mine {
             st.released = true;
             self.cv.notify_all();
-        } else {
+        } else if wait {
             // The other one is dropping them: wait until it is done.
             while !st.released {
                 self.cv.wait(&mut st);
@@ -576,7 +579,10 @@ impl CmHandler for IserConn {
                 if was_up && !self.logged_out.load(Ordering::Acquire) {
                     self.fail(Failure::DeviceRemoved);
                 }
-                self.release();
+                // If `ep_disconnect` is freeing them already, its drop of
+                // the CM id waits for this handler: return, and the CM
+                // waits for that drop instead.
+                self.release(false);
             }
             CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
                 let was_up = matches!(st.phase, Phase::Up);
