@@ -115,16 +115,20 @@ fuzz_target!(|data: &[u8]| {
 
     // What the driver does next with an accepted PDU must not panic either.
     let text = &buf[p.data.clone()];
-    assert_eq!(login::opcode(bhs), bhs[0] & 0x3f);
-    let stage = login::stage(bhs);
+    let h = proto::pdu::Bhs(*bhs);
+    assert_eq!(proto::pdu::Bhs::from_slice(&buf[p.bhs.clone()]), Some(h));
+    assert_eq!(h.itt(), p.itt);
+    assert_eq!(usize::try_from(h.data_segment_length()).unwrap(), declared_dsl(bhs));
+    assert_eq!(login::opcode(&h), bhs[0] & 0x3f);
+    let stage = login::stage(&h);
     assert_eq!(stage.is_some(), p.opcode == TargetOpcode::LoginResponse);
     if let Some(s) = stage {
         assert!(s.csg <= 3 && s.nsg <= 3);
     }
-    if login::enters_full_feature(bhs) {
+    if login::enters_full_feature(&h) {
         assert!(stage.is_some_and(|s| s.transit && s.nsg == login::FULL_FEATURE));
     }
-    if login::login_ok(bhs) {
+    if login::login_ok(&h) {
         assert_eq!(p.opcode, TargetOpcode::LoginResponse);
         assert_eq!(bhs[36], 0);
     }
