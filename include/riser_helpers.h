@@ -23,8 +23,6 @@ struct rdma_cm_event;
 struct ib_pd *riser_ib_alloc_pd(struct ib_device *device, unsigned int flags);
 void riser_ib_dealloc_pd(struct ib_pd *pd);
 void *riser_ib_get_client_data(struct ib_device *device, struct ib_client *client);
-struct ib_qp *riser_ib_create_qp(struct ib_pd *pd, struct ib_qp_init_attr *attr);
-int riser_ib_destroy_qp(struct ib_qp *qp);
 int riser_ib_dereg_mr(struct ib_mr *mr);
 struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 						       struct rdma_cm_event *event),

@@ -33,13 +33,15 @@ use crate::{
     proto::{
         login,
         pdu::{Bhs, BHS_LEN, HEADERS_LEN},
+        plan,
         sizing::{self, Params},
         tmf::Scope,
     },
     rdma::{
-        conn::{DmaBuf, DmaDir},
+        conn::{DmaBuf, DmaDir, DmaSg},
         Client,
     },
+    registry::registry,
     scsi::{HostLimits, HostTemplate},
 };
 use conn::IserConn;
@@ -47,7 +49,7 @@ use core::net::SocketAddrV4;
 use core::sync::atomic::Ordering;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
 use memory::{HeldRsp, Track};
-use res::{Res, RxBufs, RxCopy};
+use res::{RxBufs, RxCopy};
 
 /// The module: the registered transport, the RDMA client and the SCSI host
 /// template, torn down in that order.
@@ -65,8 +67,6 @@ pub(crate) struct Riser {
 
 /// The `iser` transport.
 pub(crate) struct Iser;
-
-static REGISTRY: Registry<Iser> = Registry::new();
 
 /// Time allowed for address and route resolution, as ib_iser.
 const RESOLVE_TIMEOUT_MS: u32 = 1000;
@@ -111,10 +111,9 @@ impl TransportOps for Iser {
     const NAME: &'static CStr = c"iser";
     const CAPS: u32 = caps::RECOVERY_L0 | caps::MULTI_R2T | caps::TEXT_NEGO;
     type Ep = IserConn;
+    type DataMap = DmaSg;
 
-    fn registry() -> &'static Registry<Self> {
-        &REGISTRY
-    }
+    registry!(Registry<Iser>);
 
     fn attr_visible(attr: Attr) -> bool {
         match attr {
@@ -342,7 +341,8 @@ impl TransportOps for Iser {
             let Some(res) = ep.res() else {
                 return Ok(());
             };
-            let need = Res::dataouts_needed(task)?;
+            let need =
+                plan::dataouts(task.unsol_len(), task.max_xmit_dlength()).map_err(|_| EINVAL)?;
             // CAST: the vector was sized from a u32 count.
             let pool = res.dataout.len() as u32;
             if need > pool {

@@ -30,16 +30,6 @@ void *riser_ib_get_client_data(struct ib_device *device, struct ib_client *clien
 	return ib_get_client_data(device, client);
 }
 
-struct ib_qp *riser_ib_create_qp(struct ib_pd *pd, struct ib_qp_init_attr *attr)
-{
-	return ib_create_qp(pd, attr);
-}
-
-int riser_ib_destroy_qp(struct ib_qp *qp)
-{
-	return ib_destroy_qp(qp);
-}
-
 int riser_ib_dereg_mr(struct ib_mr *mr)
 {
 	return ib_dereg_mr(mr);

@@ -21,7 +21,9 @@ mod kunit;
 mod params;
 mod proto;
 mod rdma;
+mod registry;
 mod scsi;
+mod sg;
 mod sockaddr;
 
 use kernel::prelude::*;

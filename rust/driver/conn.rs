@@ -191,9 +191,10 @@ pub(crate) struct IserConn {
     pub(super) res: SetOnce<Pin<KBox<Revocable<Res>>>>,
     pub(super) dst: SocketAddrV4,
     pub(super) params: Params,
-    /// Established and not torn down: what atomic paths check. Set by the
-    /// CM handler (ESTABLISHED), cleared by it (disconnect, device
-    /// removal) and by `terminate` (process context); read anywhere.
+    /// Established and not torn down (the phase is [`Phase::Up`]): the
+    /// lock-free view atomic paths check, as they cannot take the state's
+    /// mutex. Written only by `State::set`, under that mutex, with the
+    /// phase; read anywhere.
     pub(super) up: AtomicBool,
     /// A discovery session's connection. Set by the login hook (process
     /// context, iscsid's send_pdu).

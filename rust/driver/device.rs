@@ -5,7 +5,10 @@
 //! (as ib_iser's iser_verbs.c does for its device list).
 
 use super::Iser;
-use crate::rdma::{conn::DeviceRef, ClientDriver, Device, DeviceCaps, Pd};
+use crate::{
+    rdma::{conn::DeviceRef, ClientDriver, ClientRegistry, Device, DeviceCaps, Pd},
+    registry::registry,
+};
 use kernel::{
     alloc::KBox,
     new_mutex,
@@ -101,6 +104,7 @@ impl Drop for DevUse {
 impl ClientDriver for Iser {
     type Context = Arc<DevSlot>;
     const NAME: &'static CStr = c"riser";
+    registry!(ClientRegistry<Iser>);
 
     fn add(dev: &Device) -> Result<KBox<Arc<DevSlot>>> {
         let dev = DeviceRef::new(dev)?;

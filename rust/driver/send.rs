@@ -16,6 +16,7 @@ use crate::{
         iser::{IserHeader, StagVa},
         login,
         pdu::{Bhs, HEADERS_LEN},
+        plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
         tmf,
     },
     rdma::conn::{Access, DmaBuf, Registration, SendOp, Sge},
@@ -127,89 +128,91 @@ impl Res {
     ) -> Result<(bool, Option<Failure>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
-        let dir = task.direction();
+        let dir = match task.direction() {
+            Direction::None => DataDir::None,
+            Direction::Read => DataDir::Read,
+            Direction::Write => DataDir::Write,
+            Direction::Bidi => DataDir::Bidi,
+        };
         let len = task.data_len();
-        let mut iser = IserHeader::default();
-        let mut reg = None;
+        // The data is mapped first: how many segments it takes decides
+        // whether it needs a registration.
+        if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
+            task.map_data(&self.dev.dev)?;
+        }
+        let sg = task.mapping();
+        let plan = plan::plan(&Command {
+            dir,
+            len,
+            imm: task.imm_count(),
+            unsol: task.unsol_len(),
+            max_xmit: task.max_xmit_dlength(),
+            segments: sg.map_or(0, |sg| sg.count()),
+            global_rkey: self.dev.pd.global_rkey().is_some(),
+            max_inline: self.conn.max_inline(),
+            // CAST: the headers are 76 bytes.
+            headers: HEADERS_LEN as u32,
+        })
+        .map_err(|e| {
+            if e == PlanError::Bidi {
+                pr_err!("bidirectional commands are not supported over iSER\n");
+            }
+            EINVAL
+        })?;
         // The task slot's MR (MR index == slot index), held while the chain
         // that maps and registers it is built and posted.
         let mut claim = None;
+        // Whether the MR's last registration must be invalidated first:
+        // one the target was given is invalidated before its task is
+        // freed; one for local sends only (no remote access) is
+        // invalidated here, chained before the next registration.
         let mut inv = false;
-        let mut unregistered = false;
-        // The command's MR is registered by this chain.
-        let mut uses_mr = false;
-        match dir {
-            Direction::None => {}
-            Direction::Bidi => {
-                pr_err!("bidirectional commands are not supported over iSER\n");
-                return Err(EINVAL);
+        let reg = match (plan.key, sg) {
+            (Key::None, _) => None,
+            (Key::LocalDma, Some(sg)) => Some(sg.local_only(&self.dev.pd).ok_or(EINVAL)?),
+            // always_register=0 and one segment: no MR at all.
+            (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(&self.dev.pd).ok_or(EINVAL)?),
+            (Key::Mr, Some(sg)) => {
+                let mr = claim.insert(self.conn.claim_mr(idx)?);
+                inv = self.conn.mr_valid(idx);
+                Some(mr.map(sg)?)
             }
-            Direction::Read | Direction::Write => {
-                if len == 0 {
-                    return Err(EINVAL);
-                }
-                if task.mapping().is_none() {
-                    task.map_data(&self.dev.dev)?;
-                }
-                let sg = task.mapping().ok_or(EINVAL)?;
-                // A write whose data all goes as immediate data is sent by
-                // this side alone: the target gets no STag, so one segment
-                // needs no registration, only the local DMA lkey (as
-                // ib_iser does).
-                let all_imm = dir == Direction::Write && task.imm_count() >= len;
-                let local = all_imm.then(|| sg.local_only(&self.dev.pd)).flatten();
-                // The global rkey is looked at only when the target must
-                // reach the buffer.
-                let r = if let Some(r) = local {
-                    r
-                } else if let Some(r) = sg.unregistered(&self.dev.pd) {
-                    // always_register=0 and one segment: no MR at all.
-                    unregistered = true;
-                    r
-                } else {
-                    // A registration the target was given is invalidated
-                    // before its task is freed; one for local sends only
-                    // (no remote access) is invalidated here, chained
-                    // before the next registration.
-                    let mr = claim.insert(self.conn.claim_mr(idx)?);
-                    inv = self.conn.mr_valid(idx);
-                    uses_mr = true;
-                    mr.map(sg)?
-                };
-                if r.len() < len {
-                    return Err(EINVAL);
-                }
-                if dir == Direction::Read {
+            _ => return Err(EINVAL),
+        };
+        if reg.as_ref().is_some_and(|r| r.len() < len) {
+            return Err(EINVAL);
+        }
+        let unregistered = plan.key == Key::GlobalRkey;
+        // The command's MR is registered by this chain.
+        let uses_mr = plan.key == Key::Mr;
+        let mut iser = IserHeader::default();
+        if let Some(r) = &reg {
+            match plan.advert {
+                Advert::None => {}
+                Advert::Read => {
                     iser.read = Some(StagVa {
                         stag: r.rkey(),
                         va: r.iova(),
-                    });
-                } else {
-                    // Immediate data plus unsolicited Data-Outs: the target
-                    // RDMA-READs only what follows them.
-                    let unsol = task.imm_count().saturating_add(task.unsol_len()).min(len);
-                    if unsol < len {
-                        iser.write = Some(StagVa {
-                            stag: r.rkey(),
-                            va: r.iova() + u64::from(unsol),
-                        });
-                    }
+                    })
                 }
-                reg = Some(r);
+                Advert::Write { offset } => {
+                    iser.write = Some(StagVa {
+                        stag: r.rkey(),
+                        va: r.iova() + u64::from(offset),
+                    })
+                }
             }
         }
         // What the registration lets the target do: a write whose data all
         // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
         // MR no remote access. Otherwise the target holds an rkey it can use
         // until it is invalidated.
-        let access = if iser.read.is_some() {
-            Access::RemoteWrite
-        } else if iser.write.is_some() {
-            Access::RemoteRead
-        } else {
-            Access::Local
+        let access = match plan.exposure {
+            Exposure::Local => Access::Local,
+            Exposure::RemoteRead => Access::RemoteRead,
+            Exposure::RemoteWrite => Access::RemoteWrite,
         };
-        let remote_key = uses_mr && access != Access::Local;
+        let remote_key = plan.remote_mr();
         let hdrs = Self::headers(iser, &Bhs(task.bhs()))?;
         let imm = task.imm_count();
         // A PDU without immediate data goes inline when the QP takes it: the
@@ -217,8 +220,7 @@ impl Res {
         // to protect a buffer (only a buffer the device still reads must
         // wait for one), and only one in `signal_interval` is signaled, for
         // the send queue's sake. Immediate data is sent from the SCSI buffer.
-        let with_imm = dir == Direction::Write && imm > 0;
-        let inline = !with_imm && self.conn.max_inline() as usize >= HEADERS_LEN;
+        let (with_imm, inline) = (plan.with_imm, plan.inline);
         let tag = Self::task_tag(idx);
         if !inline && !self.conn.send_tag_idle(tag) {
             // The slot's last SEND is still being read by the device: its
@@ -245,11 +247,7 @@ impl Res {
         };
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out.
-        let dataouts = if dir == Direction::Write {
-            Self::dataouts_needed(task)?
-        } else {
-            0
-        };
+        let dataouts = plan.dataouts;
         if dataouts > 0
             && self
                 .dataout_avail
@@ -313,19 +311,6 @@ impl Res {
             _ => None,
         };
         Ok((unregistered, broken))
-    }
-
-    /// How many unsolicited Data-Out PDUs a WRITE needs.
-    pub(super) fn dataouts_needed(task: &Task<'_, Iser>) -> Result<u32> {
-        let unsol = task.unsol_len();
-        if unsol == 0 {
-            return Ok(0);
-        }
-        let mxdl = task.max_xmit_dlength();
-        if mxdl == 0 {
-            return Err(EINVAL);
-        }
-        Ok(unsol.div_ceil(mxdl))
     }
 
     /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is

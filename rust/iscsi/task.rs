@@ -5,7 +5,7 @@
 use super::TransportOps;
 use crate::{
     bindings,
-    rdma::conn::{DeviceRef, DmaDir, DmaSg},
+    sg::{DmaDir, SgMapping},
 };
 use core::{
     cell::UnsafeCell,
@@ -22,7 +22,8 @@ const RESERVED_ITT: u32 = 0xffff_ffff;
 pub(crate) const BHS_LEN: usize = 48;
 
 /// What the layer keeps in each libiscsi task's `dd_data`: the header
-/// libiscsi builds PDUs in, the data mapping (owned by the layer, so it is
+/// libiscsi builds PDUs in, the data mapping (of the transport's type
+/// [`TransportOps::DataMap`], made and dropped by the layer, so it is
 /// always undone in cleanup) and the count of [`TaskRef`]s alive on the
 /// task.
 ///
@@ -39,13 +40,13 @@ pub(crate) const BHS_LEN: usize = 48;
 /// only while every slot's count is zero (else it leaks them, see
 /// `transport.rs`), so a `TaskRef` never outlives its task.
 #[repr(C)]
-pub(super) struct TaskSlot {
+pub(super) struct TaskSlot<T: TransportOps> {
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,
-    sg: UnsafeCell<Option<DmaSg>>,
+    sg: UnsafeCell<Option<T::DataMap>>,
     pub(super) refs: AtomicU32,
 }
 
-impl TaskSlot {
+impl<T: TransportOps> TaskSlot<T> {
     pub(super) fn new() -> Self {
         Self {
             hdr: Opaque::zeroed(),
@@ -132,9 +133,9 @@ impl<'a, T: TransportOps> Task<'a, T> {
         self.ptr.as_ptr()
     }
 
-    fn slot(&self) -> *mut TaskSlot {
+    fn slot(&self) -> *mut TaskSlot<T> {
         // SAFETY: The task is live (type invariant).
-        unsafe { (*self.raw()).dd_data.cast::<TaskSlot>() }
+        unsafe { (*self.raw()).dd_data.cast::<TaskSlot<T>>() }
     }
 
     fn sc(&self) -> *mut bindings::scsi_cmnd {
@@ -227,7 +228,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
     }
 
     /// The slot's mapping cell, as a unique reference.
-    fn sg_mut(&mut self) -> &mut Option<DmaSg> {
+    fn sg_mut(&mut self) -> &mut Option<T::DataMap> {
         // SAFETY: `dd_data` holds this task's initialised slot; nothing but
         // this `Task` reaches its `sg` now (type invariant), and `&mut
         // self` excludes every other borrow made through it.
@@ -236,7 +237,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
 
     /// Maps the command's data on `dev`, in place of any earlier mapping;
     /// the mapping lasts until cleanup. [`Task::mapping`] then names it.
-    pub(crate) fn map_data(&mut self, dev: &DeviceRef) -> Result {
+    pub(crate) fn map_data(&mut self, dev: &<T::DataMap as SgMapping>::Device) -> Result {
         let dir = match self.direction() {
             Direction::Read => DmaDir::FromDevice,
             Direction::Write => DmaDir::ToDevice,
@@ -249,7 +250,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
         // completion can come before that, as a reference is held.
         // SAFETY: So `sgl` is valid and unchanged while the mapping lives.
         let sg = unsafe {
-            DmaSg::map(
+            T::DataMap::map(
                 dev,
                 bindings::riser_scsi_sglist(sc),
                 bindings::riser_scsi_sg_count(sc),
@@ -262,7 +263,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
 
     /// The data mapping made by [`Task::map_data`], if any. The borrow of
     /// the task keeps it: `map_data` (by `&mut`) cannot replace it meanwhile.
-    pub(crate) fn mapping(&self) -> Option<&DmaSg> {
+    pub(crate) fn mapping(&self) -> Option<&T::DataMap> {
         // SAFETY: As in `sg_mut`; shared with other `&self` borrows only,
         // as changes go through `&mut self`.
         unsafe { (*(*self.slot()).sg.get()).as_ref() }

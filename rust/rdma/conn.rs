@@ -16,6 +16,7 @@
 
 use super::{
     cm::{CmHandler, CmId, CmIdRef},
+    verbs::Mr,
     Cq, Pd,
 };
 use crate::{
@@ -34,7 +35,9 @@ mod mr;
 mod wr;
 
 pub(crate) use super::device::DeviceRef;
-pub(crate) use dma::{DmaBuf, DmaDir, DmaSg};
+pub(crate) use crate::sg::DmaDir;
+use crate::sg::SgMapping;
+pub(crate) use dma::{DmaBuf, DmaSg};
 pub(crate) use mr::MrClaim;
 use mr::MrSlot;
 use wr::Tag;
@@ -159,7 +162,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     #[allow(clippy::type_complexity)]
-    fn parts(pd: &Pd, caps: ConnCaps) -> Result<(KVec<Tag>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
+    fn parts(
+        pd: &Arc<Pd>,
+        caps: ConnCaps,
+    ) -> Result<(KVec<Tag>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
         let mut recv = KVec::with_capacity(caps.recv_tags as usize, GFP_KERNEL)?;
         for i in 0..caps.recv_tags {
             recv.push(Tag::new(i, Self::recv_done_cb), GFP_KERNEL)?;
@@ -437,7 +443,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
                     // SAFETY: Writing the `wr_cqe` member of the union.
                     unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig };
-                    w.mr = s.ptr.as_ptr();
+                    w.mr = s.mr.as_raw();
                     w.key = key;
                     let remote = match access {
                         Access::Local => 0,

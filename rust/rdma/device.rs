@@ -7,7 +7,7 @@ use core::{
     marker::PhantomData,
     net::{Ipv4Addr, Ipv6Addr},
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
 };
 use kernel::{
     alloc::{KBox, KVec},
@@ -214,13 +214,17 @@ impl Drop for DeviceRef {
 }
 
 /// What an `ib_client` does when devices come and go.
-pub(crate) trait ClientDriver: 'static {
+pub(crate) trait ClientDriver: 'static + Sized {
     /// The per-device context made in [`ClientDriver::add`] and dropped after
     /// [`ClientDriver::remove`].
     type Context: Send + Sync;
 
     /// The client's name, as ib_core shows it.
     const NAME: &'static CStr;
+
+    /// Where the registration keeps its `ib_client` for the callbacks:
+    /// written by [`crate::registry::registry!`].
+    fn registry() -> &'static ClientRegistry<Self>;
 
     /// A device appeared (or was present when the client registered). An
     /// error means the client does not use this device.
@@ -240,72 +244,51 @@ pub(crate) trait ClientDriver: 'static {
     fn remove(dev: &Device, ctx: &Self::Context);
 }
 
-/// A registered `ib_client`.
-///
-/// ib_core's `add` callback receives only the device, yet storing the
-/// per-device context (`ib_set_client_data`) needs the client. Registered
-/// clients are therefore recorded in [`SLOTS`] and found again by name, which
-/// must be unique among riser's clients.
+/// Where a registered [`Client`] of `T` records its `ib_client`: ib_core's
+/// `add` callback receives only the device, yet storing the per-device
+/// context (`ib_set_client_data`) needs the client.
 ///
 /// # Invariants
 ///
-/// `client` is registered with ib_core, and recorded in `SLOTS[slot]` under
-/// `T::NAME`, from `new` until `drop`.
-#[pin_data(PinnedDrop)]
-pub(crate) struct Client<T: ClientDriver> {
-    slot: usize,
-    #[pin]
-    client: Opaque<bindings::ib_client>,
+/// `client` is null or the `ib_client` of the live [`Client<T>`] that
+/// claimed the registry (by storing it there), from its `new` until its
+/// drop has unregistered it: one [`Client`] at a time. `registered` is set
+/// only while that client is registered with ib_core (so its `client_id`
+/// is its own): set after `ib_register_client` returns, cleared and a
+/// grace period waited before `ib_unregister_client`.
+pub(crate) struct ClientRegistry<T: ClientDriver> {
+    client: AtomicPtr<bindings::ib_client>,
+    registered: AtomicBool,
     _p: PhantomData<T>,
 }
 
-/// One registered client: its name (a `'static` C string, so it can be read
-/// whatever happens to the client) and its `ib_client`.
-struct Slot {
-    name: AtomicPtr<c_char>,
-    client: AtomicPtr<bindings::ib_client>,
-}
-
-/// The clients riser has registered; a slot with a null name is free.
-static SLOTS: [Slot; 4] = [const {
-    Slot {
-        name: AtomicPtr::new(null_mut()),
-        client: AtomicPtr::new(null_mut()),
+impl<T: ClientDriver> ClientRegistry<T> {
+    /// An unclaimed registry.
+    pub(crate) const fn new() -> Self {
+        Self {
+            client: AtomicPtr::new(null_mut()),
+            registered: AtomicBool::new(false),
+            _p: PhantomData,
+        }
     }
-}; 4];
 
-fn slot_has_name(slot: &Slot, name: &CStr) -> bool {
-    let p = slot.name.load(Ordering::Acquire);
-    // SAFETY: A non-null name was stored from a `&'static CStr` in `claim`.
-    !p.is_null() && unsafe { CStr::from_char_ptr(p) } == name
-}
-
-/// Claims a free slot for `name`; `EEXIST` if another slot holds the same
-/// name, `EBUSY` if none is free.
-fn claim(name: &'static CStr) -> Result<usize> {
-    let p = name.as_char_ptr().cast_mut();
-    let i = SLOTS
-        .iter()
-        .position(|s| {
-            s.name
-                .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        })
-        .ok_or(EBUSY)?;
-    if SLOTS
-        .iter()
-        .enumerate()
-        .any(|(j, s)| j != i && slot_has_name(s, name))
-    {
-        SLOTS[i].name.store(null_mut(), Ordering::Release);
-        return Err(EEXIST);
+    /// Whether a [`Client`] of `T` is registered with ib_core.
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
     }
-    Ok(i)
 }
 
-fn release(i: usize) {
-    SLOTS[i].client.store(null_mut(), Ordering::Release);
-    SLOTS[i].name.store(null_mut(), Ordering::Release);
+/// A registered `ib_client`.
+///
+/// # Invariants
+///
+/// `client` is registered with ib_core, has claimed `T::registry()` and is
+/// recorded there, from `new` until `drop`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Client<T: ClientDriver> {
+    #[pin]
+    client: Opaque<bindings::ib_client>,
+    _p: PhantomData<T>,
 }
 
 // SAFETY: The registration only hands out the `ib_client` to ib_core, which
@@ -318,15 +301,20 @@ impl<T: ClientDriver> Client<T> {
     /// Registers the client; `add` runs for every device already present
     /// before this returns.
     ///
-    /// Fails with `EEXIST` when a client of the same name is registered and
-    /// `EBUSY` when riser's table of clients is full.
+    /// Fails with `EEXIST` when a client of `T` is registered already.
     pub(crate) fn new() -> impl PinInit<Self, Error> {
-        try_pin_init!(&this in Self {
-            slot: claim(T::NAME)?,
+        try_pin_init!(Self {
             client <- Opaque::try_ffi_init(|c: *mut bindings::ib_client| {
-                // SAFETY: `this` is being initialised and `slot` was set
-                // above.
-                let i = unsafe { (*this.as_ptr()).slot };
+                let reg = T::registry();
+                // Claimed before registering: `add` runs for the devices
+                // present during `ib_register_client`, and looks it up.
+                if reg
+                    .client
+                    .compare_exchange(null_mut(), c, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return Err(EEXIST);
+                }
                 // SAFETY: `c` is valid for writes; an all-zero `ib_client` is
                 // a valid value (no callbacks, no name).
                 unsafe { core::ptr::write_bytes(c, 0, 1) };
@@ -335,12 +323,12 @@ impl<T: ClientDriver> Client<T> {
                 client.name = T::NAME.as_char_ptr();
                 client.add = Some(Self::add_callback);
                 client.remove = Some(Self::remove_callback);
-                SLOTS[i].client.store(c, Ordering::Release);
                 // SAFETY: `c` is pinned inside `Self` and stays registered
                 // until `PinnedDrop::drop` unregisters it.
                 let ret = to_result(unsafe { bindings::ib_register_client(c) });
-                if ret.is_err() {
-                    release(i);
+                match ret {
+                    Ok(()) => reg.registered.store(true, Ordering::Release),
+                    Err(_) => reg.client.store(null_mut(), Ordering::Release),
                 }
                 ret
             }),
@@ -353,12 +341,18 @@ impl<T: ClientDriver> Client<T> {
     where
         T::Context: Clone,
     {
-        let client = Self::find()?;
         // `remove_callback` clears the data and waits for a grace period
         // before freeing it: under the RCU read lock the box stays valid.
+        // The client's drop clears `registered` and waits for a grace
+        // period before unregistering: under the lock it stays registered.
         let _rcu = kernel::sync::rcu::read_lock();
+        let reg = T::registry();
+        if !reg.registered.load(Ordering::Acquire) {
+            return None;
+        }
+        let client = Self::find()?;
         // The data is null or the `KBox<T::Context>` stored by `add_callback`.
-        // SAFETY: `dev` and `client` are registered.
+        // SAFETY: `dev` is registered, and `client` too (above).
         let p = unsafe { bindings::riser_ib_get_client_data(dev.as_raw(), client) };
         if p.is_null() {
             return None;
@@ -372,13 +366,9 @@ impl<T: ClientDriver> Client<T> {
         self.client.get()
     }
 
-    /// The registered `ib_client` named `T::NAME`.
+    /// The registered `ib_client` of `T`.
     fn find() -> Option<*mut bindings::ib_client> {
-        SLOTS
-            .iter()
-            .find(|s| slot_has_name(s, T::NAME))
-            .map(|s| s.client.load(Ordering::Acquire))
-            .filter(|c| !c.is_null())
+        Some(T::registry().client.load(Ordering::Acquire)).filter(|c| !c.is_null())
     }
 
     /// ib_core's `add`.
@@ -391,8 +381,8 @@ impl<T: ClientDriver> Client<T> {
             // SAFETY: ib_core calls `add` with a registered device that stays
             // valid until `remove` returns.
             let device = unsafe { Device::from_raw(dev) };
-            // Our own client is registered while its `add` runs, so its slot
-            // is stable.
+            // Our own client is registered while its `add` runs, so its
+            // registry holds it.
             let client = Self::find().ok_or(EINVAL)?;
             let ctx = T::add(device)?;
             // SAFETY: `dev` is valid (above), `client` is this registered
@@ -436,9 +426,15 @@ impl<T: ClientDriver> Client<T> {
 #[pinned_drop]
 impl<T: ClientDriver> PinnedDrop for Client<T> {
     fn drop(self: Pin<&mut Self>) {
+        // No new `context_of` sees the client, and those under way end
+        // before its `client_id` is given back.
+        T::registry().registered.store(false, Ordering::Release);
         // SAFETY: By the type invariant the client is registered; this calls
         // `remove` for every device whose `add` succeeded.
-        unsafe { bindings::ib_unregister_client(self.raw()) };
-        release(self.slot);
+        unsafe {
+            bindings::synchronize_rcu();
+            bindings::ib_unregister_client(self.raw());
+        }
+        T::registry().client.store(null_mut(), Ordering::Release);
     }
 }

@@ -1,23 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Verbs objects: protection domain, completion queue, queue pair, memory
-//! region. Each owns its C object and releases it when dropped.
+//! Verbs objects: protection domain, completion queue, memory region. Each
+//! owns its C object and releases it when dropped. (The QP is made on a CM
+//! id and owned by [`super::conn::Connection`].)
 //!
-//! Over 600 lines because half of it is the `riser_rdma` KUnit suite,
+//! Over 500 lines because most of it is the `riser_rdma` KUnit suite,
 //! which drives these objects, the ib_client and the CM on a real device.
 
 use super::{conn::DeviceRef, Device};
 use crate::bindings;
 use core::ptr::NonNull;
-use kernel::{error::from_err_ptr, prelude::*};
+use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
 
 /// A protection domain (`struct ib_pd`).
 ///
 /// # Invariants
 ///
 /// `ptr` points to a PD allocated by `ib_alloc_pd` and not yet deallocated.
-/// Objects made in this PD ([`Qp`], [`Mr`]) borrow it, so they are gone
-/// before it is dropped. `_dev` keeps the device registered until then.
+/// Objects made in this PD hold it ([`Mr`] an `Arc`, a connection's QP its
+/// `Arc`), so they are gone before it is dropped. `dev` keeps the device
+/// registered until then.
 pub(crate) struct Pd {
     ptr: NonNull<bindings::ib_pd>,
     dev: DeviceRef,
@@ -165,113 +167,28 @@ impl Drop for Cq {
     }
 }
 
-/// Queue sizes of a reliable-connected QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct QpCaps {
-    /// Send queue depth.
-    pub(crate) max_send_wr: u32,
-    /// Receive queue depth.
-    pub(crate) max_recv_wr: u32,
-    /// Scatter/gather entries per send.
-    pub(crate) max_send_sge: u32,
-    /// Scatter/gather entries per receive.
-    pub(crate) max_recv_sge: u32,
-}
-
-/// A reliable-connected queue pair.
-///
-/// # Invariants
-///
-/// `ptr` points to a QP created by `ib_create_qp` in the PD and on the CQ the
-/// lifetime `'a` borrows, and not yet destroyed.
-pub(crate) struct Qp<'a> {
-    ptr: NonNull<bindings::ib_qp>,
-    caps: QpCaps,
-    _deps: core::marker::PhantomData<(&'a Pd, &'a Cq)>,
-}
-
-// SAFETY: A QP may be used and destroyed from any thread.
-unsafe impl Send for Qp<'_> {}
-// SAFETY: Posting work requests is serialised by the provider.
-unsafe impl Sync for Qp<'_> {}
-
-impl<'a> Qp<'a> {
-    /// Creates an RC QP whose sends and receives complete on `cq`.
-    pub(crate) fn new_rc(pd: &'a Pd, cq: &'a Cq, caps: QpCaps) -> Result<Self> {
-        let mut attr = bindings::ib_qp_init_attr {
-            send_cq: cq.as_raw(),
-            recv_cq: cq.as_raw(),
-            cap: bindings::ib_qp_cap {
-                max_send_wr: caps.max_send_wr,
-                max_recv_wr: caps.max_recv_wr,
-                max_send_sge: caps.max_send_sge,
-                max_recv_sge: caps.max_recv_sge,
-                ..Default::default()
-            },
-            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
-            qp_type: bindings::ib_qp_type_IB_QPT_RC,
-            ..Default::default()
-        };
-        // SAFETY: `pd` and `cq` are valid for `'a`; `attr` is a valid init
-        // attribute that outlives the call.
-        let p = from_err_ptr(unsafe { bindings::riser_ib_create_qp(pd.as_raw(), &mut attr) })?;
-        // INVARIANT: `ib_create_qp` returned a valid QP using `pd` and `cq`.
-        Ok(Self {
-            ptr: NonNull::new(p).ok_or(ENOMEM)?,
-            // The provider may round the queues up; report what it made.
-            caps: QpCaps {
-                max_send_wr: attr.cap.max_send_wr,
-                max_recv_wr: attr.cap.max_recv_wr,
-                max_send_sge: attr.cap.max_send_sge,
-                max_recv_sge: attr.cap.max_recv_sge,
-            },
-            _deps: core::marker::PhantomData,
-        })
-    }
-
-    /// The QP number.
-    pub(crate) fn qp_num(&self) -> u32 {
-        // SAFETY: The QP is valid (type invariant); `qp_num` never changes.
-        unsafe { (*self.ptr.as_ptr()).qp_num }
-    }
-
-    /// The queue sizes the provider granted.
-    pub(crate) fn caps(&self) -> QpCaps {
-        self.caps
-    }
-}
-
-impl Drop for Qp<'_> {
-    fn drop(&mut self) {
-        // SAFETY: The QP is valid (type invariant) and owned by `self`.
-        let ret = unsafe { bindings::riser_ib_destroy_qp(self.ptr.as_ptr()) };
-        if ret != 0 {
-            pr_warn!("ib_destroy_qp failed: {}\n", ret);
-        }
-    }
-}
-
 /// A fast-registration memory region (`IB_MR_TYPE_MEM_REG`).
 ///
 /// # Invariants
 ///
-/// `ptr` points to an MR allocated by `ib_alloc_mr` in the PD that `'a`
-/// borrows, and not yet deregistered.
-pub(crate) struct Mr<'a> {
+/// `ptr` points to an MR allocated by `ib_alloc_mr` in the PD `pd` holds,
+/// and not yet deregistered.
+pub(crate) struct Mr {
     ptr: NonNull<bindings::ib_mr>,
     max_num_sg: u32,
-    _pd: core::marker::PhantomData<&'a Pd>,
+    pd: Arc<Pd>,
 }
 
 // SAFETY: An MR may be used and freed from any thread.
-unsafe impl Send for Mr<'_> {}
-// SAFETY: Shared references only read its keys.
-unsafe impl Sync for Mr<'_> {}
+unsafe impl Send for Mr {}
+// SAFETY: Shared references only read its keys, or hand the pointer out.
+unsafe impl Sync for Mr {}
 
-impl<'a> Mr<'a> {
-    /// Allocates an MR able to map `max_num_sg` pages with one REG_MR.
-    pub(crate) fn new_fast_reg(pd: &'a Pd, max_num_sg: u32) -> Result<Self> {
-        // SAFETY: `pd` is valid for `'a`.
+impl Mr {
+    /// Allocates an MR in `pd` able to map `max_num_sg` pages with one
+    /// REG_MR. The MR holds the PD.
+    pub(crate) fn new_fast_reg(pd: &Arc<Pd>, max_num_sg: u32) -> Result<Self> {
+        // SAFETY: `pd` is valid (type invariant of `Pd`).
         let p = from_err_ptr(unsafe {
             bindings::ib_alloc_mr(
                 pd.as_raw(),
@@ -279,12 +196,23 @@ impl<'a> Mr<'a> {
                 max_num_sg,
             )
         })?;
-        // INVARIANT: `ib_alloc_mr` returned a valid MR in `pd`.
+        // INVARIANT: `ib_alloc_mr` returned a valid MR in `pd`, held here.
         Ok(Self {
             ptr: NonNull::new(p).ok_or(ENOMEM)?,
             max_num_sg,
-            _pd: core::marker::PhantomData,
+            pd: pd.clone(),
         })
+    }
+
+    /// The C MR. Its keys and page list change only by a mapping and a
+    /// registration, which [`super::conn::MrClaim`] serialises.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.ptr.as_ptr()
+    }
+
+    /// The PD the MR is in.
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
+        &self.pd
     }
 
     /// The local key.
@@ -305,7 +233,7 @@ impl<'a> Mr<'a> {
     }
 }
 
-impl Drop for Mr<'_> {
+impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: The MR is valid (type invariant) and owned by `self`.
         let ret = unsafe { bindings::riser_ib_dereg_mr(self.ptr.as_ptr()) };
@@ -319,9 +247,10 @@ impl Drop for Mr<'_> {
 mod tests {
     use super::super::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef},
-        Client, ClientDriver, Device,
+        Client, ClientDriver, ClientRegistry, Device,
     };
     use super::*;
+    use crate::registry::registry;
     use core::{
         net::{Ipv4Addr, SocketAddrV4},
         sync::atomic::{AtomicI32, AtomicU32, Ordering},
@@ -341,7 +270,7 @@ mod tests {
     /// Per-device context of the test client: a PD that lives from `add`
     /// until after `remove`, and the name of the device it was made for.
     struct Ctx {
-        _pd: Pd,
+        _pd: Arc<Pd>,
         name: super::super::device::DeviceName,
     }
 
@@ -350,7 +279,7 @@ mod tests {
     /// Makes every verbs object riser needs on `dev` and checks what the
     /// provider granted. Runs inside `add`, so it reports through statics
     /// rather than asserting.
-    fn exercise(dev: &Device, pd: &Pd) -> Result {
+    fn exercise(dev: &Device, pd: &Arc<Pd>) -> Result {
         let caps = dev.caps();
         if caps.max_qp_wr == 0 || caps.max_send_sge == 0 {
             return Err(EINVAL);
@@ -359,28 +288,17 @@ mod tests {
         if cq.cqe() < 64 {
             return Err(ERANGE);
         }
-        let want = QpCaps {
-            max_send_wr: 32,
-            max_recv_wr: 33,
-            max_send_sge: 2,
-            max_recv_sge: 1,
-        };
-        let qp = Qp::new_rc(pd, &cq, want)?;
-        let got = qp.caps();
-        if qp.qp_num() == 0
-            || got.max_send_wr < want.max_send_wr
-            || got.max_recv_wr < want.max_recv_wr
-            || got.max_send_sge < want.max_send_sge
-        {
-            return Err(ERANGE);
-        }
         let mr = Mr::new_fast_reg(pd, 32)?;
         let mr2 = Mr::new_fast_reg(pd, 32)?;
         if mr.max_num_sg() != 32 || mr.rkey() == mr2.rkey() || mr.lkey() == mr2.lkey() {
             return Err(EINVAL);
         }
-        // Drop order: MRs and QP before the CQ goes back to the pool.
-        drop((mr, mr2, qp));
+        // Each MR holds the PD it was made in.
+        if !Arc::ptr_eq(mr.pd(), pd) || !Arc::ptr_eq(mr2.pd(), pd) {
+            return Err(EINVAL);
+        }
+        // Drop order: the MRs before the CQ goes back to the pool.
+        drop((mr, mr2));
         drop(cq);
         Ok(())
     }
@@ -388,10 +306,11 @@ mod tests {
     impl ClientDriver for TestClient {
         type Context = Ctx;
         const NAME: &'static CStr = c"riser-kunit";
+        registry!(ClientRegistry<TestClient>);
 
         fn add(dev: &Device) -> Result<KBox<Ctx>> {
             DEVICES.fetch_add(1, Ordering::Relaxed);
-            let pd = Pd::new(dev)?;
+            let pd = Arc::new(Pd::new(dev)?, GFP_KERNEL)?;
             match exercise(dev, &pd) {
                 Ok(()) => {
                     VERBS_OK.fetch_add(1, Ordering::Relaxed);
@@ -426,7 +345,7 @@ mod tests {
         assert_eq!(VERBS_ERR.load(Ordering::Relaxed), 0);
         assert_eq!(VERBS_OK.load(Ordering::Relaxed), seen);
 
-        // A second client of the same name is refused.
+        // A second client of the same driver is refused.
         assert!(KBox::pin_init(Client::<TestClient>::new(), GFP_KERNEL).is_err());
 
         // Unregistering calls `remove` once per device that was added.
@@ -494,6 +413,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_client_registers_once() -> Result {
+        // A client that takes no device: only its registration counts.
+        struct Once;
+        impl ClientDriver for Once {
+            type Context = ();
+            const NAME: &'static CStr = c"riser-kunit-once";
+            registry!(ClientRegistry<Once>);
+            fn add(_dev: &Device) -> Result<KBox<()>> {
+                Err(EOPNOTSUPP)
+            }
+            fn remove(_dev: &Device, _ctx: &()) {}
+        }
+        let first = KBox::pin_init(Client::<Once>::new(), GFP_KERNEL)?;
+        // A second registration of the same client is refused, and leaves
+        // the first registered.
+        assert_eq!(
+            KBox::pin_init(Client::<Once>::new(), GFP_KERNEL).err(),
+            Some(EEXIST)
+        );
+        assert!(Once::registry().is_registered());
+        drop(first);
+        assert!(!Once::registry().is_registered());
+        // Dropping the first frees the registry for a new one.
+        drop(KBox::pin_init(Client::<Once>::new(), GFP_KERNEL)?);
+        Ok(())
+    }
+
     /// An IPv4 address of an RDMA device, from the GID tables of the devices
     /// the test client sees.
     fn local_rdma_ipv4() -> Result<Option<Ipv4Addr>> {
@@ -502,6 +449,7 @@ mod tests {
         impl ClientDriver for Finder {
             type Context = ();
             const NAME: &'static CStr = c"riser-kunit-gid";
+            registry!(ClientRegistry<Finder>);
             fn add(dev: &Device) -> Result<KBox<()>> {
                 if let Some(a) = dev.ipv4_gids(1, 1)?.first() {
                     FOUND.store(u32::from(*a), Ordering::Relaxed);

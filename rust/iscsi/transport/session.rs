@@ -7,12 +7,15 @@ use super::{
     super::{task::TaskSlot, TransportOps},
     *,
 };
-use crate::bindings;
+use crate::{
+    bindings,
+    scsi::{Host, HostConfig},
+};
 use core::{
     ptr::{null_mut, NonNull},
     sync::atomic::Ordering,
 };
-use kernel::{error::to_result, prelude::*, sync::Arc};
+use kernel::{prelude::*, sync::Arc};
 
 /// The `iscsi_session` of a class session.
 ///
@@ -70,59 +73,45 @@ pub(super) fn create_session<T: TransportOps>(
     }
     let lim = T::session_limits(ep, cmds_max)?;
     let dev = ep.and_then(|e| T::ep_device(e));
-    // SAFETY: `sht` is the registered transport's live host template
-    // (invariant of `Registry`); no transmit workqueue (atomic xmit).
-    let shost = unsafe { bindings::iscsi_host_alloc(sht, 0, false) };
-    let shost = NonNull::new(shost).ok_or(ENOMEM)?;
-    let sh = shost.as_ptr();
-    // SAFETY: `sh` is a new host, not yet added, owned here.
-    unsafe {
-        (*sh).transportt = scsi;
-        (*sh).cmd_per_lun = i16::try_from(qdepth).unwrap_or(i16::MAX);
-        (*sh).max_lun = u64::from(lim.max_lun);
-        (*sh).max_id = 0;
-        (*sh).max_channel = 0;
-        (*sh).max_cmd_len = 16;
-        (*sh).can_queue = c_int::from(lim.can_queue);
-        (*sh).sg_tablesize = lim.sg_tablesize;
-        (*sh).max_sectors = lim.max_sectors;
-        if lim.virt_boundary_4k {
-            (*sh).virt_boundary_mask = 4096 - 1;
-        }
-    }
-    let parent = dev.as_ref().map_or(null_mut(), |d| {
-        // `Device` is transparent over the C `struct device`.
-        core::ptr::from_ref::<kernel::device::Device>(d)
-            .cast_mut()
-            .cast::<bindings::device>()
-    });
-    // SAFETY: `sh` is a valid new host; `parent` is null or a live device.
-    if let Err(e) = to_result(unsafe { bindings::iscsi_host_add(sh, parent) }) {
-        // SAFETY: The host was allocated above and not added.
-        unsafe { bindings::iscsi_host_free(sh) };
-        return Err(e);
-    }
-    let slot_size = c_int::try_from(size_of::<TaskSlot>())?;
-    // SAFETY: `tt` is the registered transport; `sh` an added host.
+    let cfg = HostConfig {
+        can_queue: lim.can_queue,
+        cmd_per_lun: i16::try_from(qdepth).unwrap_or(i16::MAX),
+        sg_tablesize: lim.sg_tablesize,
+        max_sectors: lim.max_sectors,
+        max_lun: u64::from(lim.max_lun),
+        virt_boundary_4k: lim.virt_boundary_4k,
+    };
+    // SAFETY: `sht` and `scsi` are the registered transport's, live until
+    // it unregisters, which waits for its sessions (invariant of
+    // `Registry`).
+    let mut host = unsafe { Host::new_iscsi(sht, scsi, &cfg)? };
+    host.add(dev.as_deref())?;
+    let slot_size = c_int::try_from(size_of::<TaskSlot<T>>())?;
+    // SAFETY: `tt` is the registered transport; the host is added.
     let cls = unsafe {
-        bindings::iscsi_session_setup(tt, sh, lim.can_queue, 0, slot_size, initial_cmdsn, 0)
+        bindings::iscsi_session_setup(
+            tt,
+            host.as_raw(),
+            lim.can_queue,
+            0,
+            slot_size,
+            initial_cmdsn,
+            0,
+        )
     };
-    let Some(cls) = NonNull::new(cls) else {
-        // SAFETY: The host was added above and has no session.
-        unsafe {
-            bindings::iscsi_host_remove(sh, false);
-            bindings::iscsi_host_free(sh);
-        }
-        return Err(ENOMEM);
-    };
+    // On failure the host is dropped: removed and freed.
+    let cls = NonNull::new(cls).ok_or(ENOMEM)?;
+    // The session owns the host from now on; `destroy_session_callback`
+    // takes it back.
+    let _ = host.into_raw();
     // SAFETY: The session was just set up: `cmds` holds `cmds_max` tasks
     // whose `dd_data` areas are `slot_size` bytes, not yet used.
     unsafe {
         let s = session_of(cls.as_ptr());
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            let slot = (*task).dd_data.cast::<TaskSlot>();
-            slot.write(TaskSlot::new());
+            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
+            slot.write(TaskSlot::<T>::new());
         }
     }
     Ok(cls)
@@ -140,7 +129,7 @@ pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session)
     unsafe {
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            let slot = (*task).dd_data.cast::<TaskSlot>();
+            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
             n = n.saturating_add((*slot).refs.load(Ordering::Acquire));
         }
     }
@@ -168,17 +157,17 @@ pub(super) unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
     // SAFETY: The session is live and was made by `create_session`, which
     // initialised every task slot; libiscsi uses no task any more.
     unsafe {
-        let sh = bindings::riser_iscsi_session_to_shost(cls);
+        let sh = NonNull::new(bindings::riser_iscsi_session_to_shost(cls));
         let s = session_of(cls);
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
             // Emptied, not dropped in place: a slot stays valid for
             // anything that still looks at it before the pool is freed.
-            TaskSlot::take_contents((*task).dd_data.cast::<TaskSlot>());
+            TaskSlot::<T>::take_contents((*task).dd_data.cast::<TaskSlot<T>>());
         }
         bindings::iscsi_session_teardown(cls);
-        bindings::iscsi_host_remove(sh, false);
-        bindings::iscsi_host_free(sh);
+        // The host `create_session` gave the session: removed and freed.
+        drop(sh.map(|sh| Host::from_raw_added(sh)));
     }
 }
 

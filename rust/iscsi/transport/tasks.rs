@@ -22,7 +22,7 @@ pub(super) unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
     // SAFETY: The task's dd_data holds its slot (made at session creation);
     // the header lives there for the session's life.
     unsafe {
-        let slot = (*task).dd_data.cast::<TaskSlot>();
+        let slot = (*task).dd_data.cast::<TaskSlot<T>>();
         (*task).hdr = (*slot).hdr.get();
         // CAST: a BHS is 48 bytes.
         (*task).hdr_max = BHS_LEN as u16;

@@ -6,24 +6,6 @@
 
 use super::*;
 
-/// The direction of a DMA mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DmaDir {
-    /// The device reads the memory (sends, RDMA READ sources).
-    ToDevice,
-    /// The device writes the memory (receives, RDMA WRITE targets).
-    FromDevice,
-}
-
-impl DmaDir {
-    pub(super) fn raw(self) -> c_int {
-        match self {
-            Self::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE.0,
-            Self::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE.0,
-        }
-    }
-}
-
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///
 /// The CPU reaches the buffer's memory only through [`DmaBuf::write`] and
@@ -276,14 +258,10 @@ unsafe impl Send for DmaSg {}
 // SAFETY: Shared references only read the mapping.
 unsafe impl Sync for DmaSg {}
 
-impl DmaSg {
-    /// Maps `nents` entries of `sgl` on `dev`.
-    ///
-    /// # Safety
-    ///
-    /// `sgl` must be a valid scatterlist of `nents` entries that stays valid
-    /// and unchanged until the returned value is dropped.
-    pub(crate) unsafe fn map(
+impl SgMapping for DmaSg {
+    type Device = DeviceRef;
+
+    unsafe fn map(
         dev: &DeviceRef,
         sgl: *mut bindings::scatterlist,
         nents: u32,
@@ -309,7 +287,9 @@ impl DmaSg {
             dir,
         })
     }
+}
 
+impl DmaSg {
     /// The number of DMA segments the mapping produced. This, not the
     /// scatterlist's entry count, is what a registration maps: mapping may
     /// merge entries (an IOMMU joins contiguous ones), and only the first

@@ -8,11 +8,12 @@ use super::*;
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid MR in the connection's PD until the connection drops it,
-/// after its QP is destroyed. The MR's fields are written (by a mapping) and
-/// read (to register it) only by the holder of `claimed` (an [`MrClaim`]).
+/// `mr` is in the connection's PD. Its fields are written (by a mapping)
+/// and read (to register it) only by the holder of `claimed` (an
+/// [`MrClaim`]). The connection drops it after destroying its QP, so no
+/// work request names it then.
 pub(super) struct MrSlot {
-    pub(super) ptr: NonNull<bindings::ib_mr>,
+    pub(super) mr: Mr,
     /// Held by the [`MrClaim`] that alone may map and register the MR.
     pub(super) claimed: AtomicBool,
     /// Registered and not yet invalidated. The state is the MR's, not that
@@ -27,26 +28,13 @@ pub(super) struct MrSlot {
 }
 
 impl MrSlot {
-    pub(super) fn new(pd: &Pd, pages: u32) -> Result<Self> {
-        // SAFETY: The PD is valid (type invariant of `Pd`).
-        let p = kernel::error::from_err_ptr(unsafe {
-            bindings::ib_alloc_mr(pd.as_raw(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, pages)
-        })?;
-        // INVARIANT: a valid MR in `pd`, deregistered in `drop`.
+    pub(super) fn new(pd: &Arc<Pd>, pages: u32) -> Result<Self> {
         Ok(Self {
-            ptr: NonNull::new(p).ok_or(ENOMEM)?,
+            mr: Mr::new_fast_reg(pd, pages)?,
             claimed: AtomicBool::new(false),
             valid: AtomicBool::new(false),
             reg_rkey: AtomicU32::new(0),
         })
-    }
-}
-
-impl Drop for MrSlot {
-    fn drop(&mut self) {
-        // SAFETY: The MR is valid and, the QP being destroyed first (type
-        // invariant of `Connection`), no work request names it.
-        unsafe { bindings::riser_ib_dereg_mr(self.ptr.as_ptr()) };
     }
 }
 
@@ -74,7 +62,7 @@ impl MrClaim<'_> {
         if fault::hit(Site::MapMr) {
             return Err(EINVAL);
         }
-        let p = self.slot.ptr.as_ptr();
+        let p = self.slot.mr.as_raw();
         // SAFETY: The MR is valid (type invariant of `MrSlot`); its device
         // is set at allocation and never changed.
         let dev = unsafe { (*p).device };

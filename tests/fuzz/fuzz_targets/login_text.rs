@@ -16,7 +16,7 @@
 #![no_main]
 
 mod common;
-#[path = "../../../rust/proto/mod.rs"]
+#[path = "../../../rust/proto.rs"]
 mod proto;
 
 use common::Input;

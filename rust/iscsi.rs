@@ -149,7 +149,14 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// The driver's connection (what an iSCSI endpoint stands for).
     type Ep: Send + Sync + 'static;
 
-    /// Where the registration keeps its C objects for the callbacks.
+    /// How a command's data is mapped for the endpoint's device. The layer
+    /// makes the mapping ([`Task::map_data`]) and drops it in cleanup,
+    /// before the command's scatterlist goes back to the midlayer; the
+    /// transport only borrows it ([`Task::mapping`]).
+    type DataMap: crate::sg::SgMapping;
+
+    /// Where the registration keeps its C objects for the callbacks:
+    /// written by [`crate::registry::registry!`].
     fn registry() -> &'static Registry<Self>;
 
     /// Whether sysfs shows `attr` (read-only).
@@ -248,103 +255,97 @@ pub(crate) trait TransportOps: 'static + Sized {
 #[kunit_tests(riser_iscsi)]
 mod tests {
     use super::*;
+    use crate::registry::registry;
     use kernel::alloc::{KBox, KVec};
 
-    /// A transport under a name nothing else uses, so the test can register
-    /// it beside riser's own `iser`.
-    struct TestTransport;
-    static REGISTRY: Registry<TestTransport> = Registry::new();
+    /// The test transports move no data.
+    struct NoMapping;
 
-    #[vtable]
-    impl TransportOps for TestTransport {
-        const NAME: &'static CStr = c"riser_kunit";
-        const CAPS: u32 = caps::TEXT_NEGO;
-        type Ep = Pin<KBox<ConnSlot>>;
+    impl crate::sg::SgMapping for NoMapping {
+        type Device = ();
 
-        fn registry() -> &'static Registry<Self> {
-            &REGISTRY
-        }
-
-        fn attr_visible(attr: Attr) -> bool {
-            attr == Attr::Host(host_param::INITIATOR_NAME)
-        }
-
-        fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
-            Ok(Arc::new(
-                KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
-                GFP_KERNEL,
-            )?)
-        }
-
-        // Answers for any endpoint it is given, so a test sees whether one
-        // got through.
-        fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
-            Ok(true)
-        }
-
-        fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
-            Some(SocketAddrV4::new(core::net::Ipv4Addr::LOCALHOST, 1))
-        }
-
-        fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
-            ep
+        unsafe fn map(
+            _dev: &(),
+            _sgl: *mut bindings::scatterlist,
+            _nents: u32,
+            _dir: crate::sg::DmaDir,
+        ) -> Result<Self> {
+            Err(EOPNOTSUPP)
         }
     }
 
-    /// A second transport, whose endpoints the first must refuse.
-    struct OtherTransport;
-    static OTHER_REGISTRY: Registry<OtherTransport> = Registry::new();
+    /// A test transport `$t` named `$name`, whose
+    /// endpoints are bare slots that connect at once to the peer `$dst`,
+    /// and which shows the sysfs attributes `$visible` accepts.
+    macro_rules! connecting_transport {
+        ($t:ident, $name:literal, |$attr:ident| $visible:expr, $dst:expr) => {
+            struct $t;
 
-    #[vtable]
-    impl TransportOps for OtherTransport {
-        const NAME: &'static CStr = c"riser_kunit_other";
-        const CAPS: u32 = caps::TEXT_NEGO;
-        type Ep = Pin<KBox<ConnSlot>>;
+            #[vtable]
+            impl TransportOps for $t {
+                const NAME: &'static CStr = $name;
+                const CAPS: u32 = caps::TEXT_NEGO;
+                type Ep = Pin<KBox<ConnSlot>>;
+                type DataMap = NoMapping;
 
-        fn registry() -> &'static Registry<Self> {
-            &OTHER_REGISTRY
-        }
+                registry!(Registry<$t>);
 
-        fn attr_visible(_: Attr) -> bool {
-            false
-        }
+                fn attr_visible($attr: Attr) -> bool {
+                    $visible
+                }
 
-        fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
-            Ok(Arc::new(
-                KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
-                GFP_KERNEL,
-            )?)
-        }
+                fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+                    Ok(Arc::new(
+                        KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
+                        GFP_KERNEL,
+                    )?)
+                }
 
-        fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
-            Ok(true)
-        }
+                // Answers for any endpoint it is given, so a test sees
+                // whether one got through.
+                fn ep_poll(_ep: &Arc<Self::Ep>, _timeout_ms: u32) -> Result<bool> {
+                    Ok(true)
+                }
 
-        fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
-            Some(SocketAddrV4::new(
-                core::net::Ipv4Addr::new(192, 0, 2, 9),
-                3260,
-            ))
-        }
+                fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+                    Some($dst)
+                }
 
-        fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
-            ep
-        }
+                fn conn_slot(ep: &Pin<KBox<ConnSlot>>) -> &ConnSlot {
+                    ep
+                }
+            }
+        };
     }
+
+    // A transport under a name nothing else uses, so the test can register
+    // it beside riser's own `iser`.
+    connecting_transport!(
+        TestTransport,
+        c"riser_kunit",
+        |attr| attr == Attr::Host(host_param::INITIATOR_NAME),
+        SocketAddrV4::new(core::net::Ipv4Addr::LOCALHOST, 1)
+    );
+
+    // A second transport, whose endpoints the first must refuse.
+    connecting_transport!(
+        OtherTransport,
+        c"riser_kunit_other",
+        |_attr| false,
+        SocketAddrV4::new(core::net::Ipv4Addr::new(192, 0, 2, 9), 3260)
+    );
 
     /// A transport that takes the name of the first.
     struct SameName;
-    static SAME_NAME_REGISTRY: Registry<SameName> = Registry::new();
 
     #[vtable]
     impl TransportOps for SameName {
         const NAME: &'static CStr = c"riser_kunit";
         const CAPS: u32 = caps::TEXT_NEGO;
         type Ep = Pin<KBox<ConnSlot>>;
+        type DataMap = NoMapping;
 
-        fn registry() -> &'static Registry<Self> {
-            &SAME_NAME_REGISTRY
-        }
+        registry!(Registry<SameName>);
 
         fn attr_visible(_: Attr) -> bool {
             false

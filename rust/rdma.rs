@@ -5,13 +5,14 @@
 //! Every `unsafe` of riser's RDMA use lives in this module and its children.
 //! The objects mirror the verbs: [`Device`] (an `ib_device`, borrowed),
 //! [`Client`] (an `ib_client` registration with a per-device context),
-//! [`Pd`], [`Cq`] (from the device's CQ pool), [`Qp`], [`Mr`] and
-//! [`cm::CmId`]. Each owning type releases its C object when dropped.
+//! [`Pd`], [`Cq`] (from the device's CQ pool), `Mr`, [`cm::CmId`] and
+//! [`conn::Connection`] (a QP on a CM id). Each owning type releases its C
+//! object when dropped.
 
 pub(crate) mod cm;
 pub(crate) mod conn;
 mod device;
 mod verbs;
 
-pub(crate) use device::{Client, ClientDriver, Device, DeviceCaps};
+pub(crate) use device::{Client, ClientDriver, ClientRegistry, Device, DeviceCaps};
 pub(crate) use verbs::{Cq, Pd, PollContext};

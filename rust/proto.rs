@@ -6,11 +6,22 @@
 
 #![forbid(unsafe_code)]
 
+// The host crate (tests/host) and the fuzz targets load this file by
+// `#[path]`, which makes rustc look for its submodules beside it, not in
+// `proto/`: for them (no `MODULE`) the paths are spelled out.
+#[cfg_attr(not(MODULE), path = "proto/iser.rs")]
 pub(crate) mod iser;
+#[cfg_attr(not(MODULE), path = "proto/login.rs")]
 pub(crate) mod login;
+#[cfg_attr(not(MODULE), path = "proto/pdu.rs")]
 pub(crate) mod pdu;
+#[cfg_attr(not(MODULE), path = "proto/plan.rs")]
+pub(crate) mod plan;
+#[cfg_attr(not(MODULE), path = "proto/ratelimit.rs")]
 pub(crate) mod ratelimit;
+#[cfg_attr(not(MODULE), path = "proto/sizing.rs")]
 pub(crate) mod sizing;
+#[cfg_attr(not(MODULE), path = "proto/tmf.rs")]
 pub(crate) mod tmf;
 
 /// Why a buffer from the wire was refused.
