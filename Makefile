@@ -18,6 +18,8 @@
 #   make evil       the hostile iSER target (tests/target/iser-evil.c)
 #   make inject     the test build of riser.ko with fault injection
 #                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
+#   make linkdown   how fast riser and ib_iser notice a dead link (rxe's
+#                   netdev down under fio), in one guest
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
@@ -32,7 +34,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -132,6 +134,11 @@ demo:
 	$(MAKE) --no-print-directory KDIR="$$kdir" clean modules >/dev/null || exit 1; \
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir "$$kdir" --out out/demo tests/guest/demo.sh; \
 	rc=$$?; cat out/demo/demo.log; exit $$rc
+
+# How fast riser and ib_iser notice a dead link (Documentation/observability.md):
+# one guest on the debug kernel, RISER_LINKDOWN_ROUNDS rounds each.
+linkdown: modules
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/linkdown.sh
 
 reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh

@@ -67,4 +67,10 @@ int riser_param_check(const char *name, long long value);
 /* Fault injection (rust/params.c): true when this call must fail. */
 bool riser_fault_hit(int site);
 
+/* Tracepoints (rust/trace.c, include/riser_trace.h). */
+void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);
+void riser_trace_pdu_recv(const void *conn, const u8 *bhs, u32 invalidated);
+void riser_trace_wc_error(const void *conn, bool recv, u32 tag, u32 status);
+void riser_trace_conn_state(const void *conn, u8 from, u8 to);
+
 #endif /* RISER_HELPERS_H */

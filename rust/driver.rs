@@ -20,15 +20,17 @@
 
 mod conn;
 mod device;
+mod failure;
 mod memory;
 mod recv;
 mod res;
 mod send;
+mod stats;
 
 use crate::{
     iscsi::{
-        self, caps, host_param, param, Attr, Conn, ConnSlot, Direction, PduRewrite, Registry,
-        SessionLimits, Task, Transport, TransportOps,
+        self, caps, host_param, param, Attr, Conn, ConnSlot, CustomStats, Direction, PduRewrite,
+        Registry, SessionLimits, Task, Transport, TransportOps,
     },
     proto::{
         login,
@@ -177,10 +179,20 @@ impl TransportOps for Iser {
             return Err(ENOTCONN);
         }
         let s = ep.res().ok_or(ENOTCONN)?.sizing;
+        let max_sectors = params.max_sectors.min(s.max_sectors);
+        if max_sectors < params.max_sectors {
+            // As ib_iser says it: the device's registrations map fewer
+            // pages than a command of max_sectors needs.
+            pr_warn!(
+                "max_sectors was reduced from {} to {} (the device's fast-registration page list)\n",
+                params.max_sectors,
+                max_sectors
+            );
+        }
         Ok(SessionLimits {
             can_queue: cmds_max.min(u16::try_from(s.max_cmds).unwrap_or(u16::MAX)),
             sg_tablesize: u16::try_from(s.sg_tablesize).unwrap_or(u16::MAX),
-            max_sectors: params.max_sectors.min(s.max_sectors),
+            max_sectors,
             max_lun: params.max_lun,
             virt_boundary_4k: true,
         })
@@ -247,6 +259,7 @@ impl TransportOps for Iser {
         if login::opcode(hdr) != login::OP_LOGIN_REQ {
             return Ok(None);
         }
+        ep.counters.login_rounds.fetch_add(1, Ordering::Relaxed);
         // The initiator declares what it receives per PDU in the full
         // feature phase; riser declares no more than its receives hold, so
         // every legal PDU fits (ib_iser's receives hold 128 bytes whatever
@@ -376,7 +389,11 @@ impl TransportOps for Iser {
         // cleaned up) on another CPU.
         let n = u64::from(task.data_len());
         let dir = task.direction();
-        let (unregistered, broken) = res.send_command(task)?;
+        let (unregistered, broken) = res.send_command(task).inspect_err(|e| {
+            if *e == EAGAIN || *e == ENOMEM {
+                ep.counters.sq_full.fetch_add(1, Ordering::Relaxed);
+            }
+        })?;
         if unregistered {
             ep.unreg_cmds.fetch_add(1, Ordering::Relaxed);
         }
@@ -401,6 +418,10 @@ impl TransportOps for Iser {
             ep.tx_octets.load(Ordering::Relaxed),
             ep.rx_octets.load(Ordering::Relaxed),
         )
+    }
+
+    fn custom_stats(ep: &IserConn, out: &mut CustomStats<'_>) {
+        stats::fill(ep, out);
     }
 
     fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {

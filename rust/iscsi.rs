@@ -101,9 +101,11 @@ pub(crate) const fn cmd_size() -> u32 {
     size as u32
 }
 
+pub(crate) mod stats;
 mod task;
 mod transport;
 
+pub(crate) use stats::CustomStats;
 pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, BHS_LEN};
 pub(crate) use transport::{Registry, Transport};
 
@@ -231,6 +233,11 @@ pub(crate) trait TransportOps: 'static + Sized {
     fn data_octets(_ep: &Self::Ep) -> (u64, u64) {
         (0, 0)
     }
+
+    /// The transport's own counters for the endpoint's connection, which
+    /// `iscsiadm -m session -s` shows after libiscsi's (netlink, process
+    /// context).
+    fn custom_stats(_ep: &Self::Ep, _out: &mut CustomStats<'_>) {}
 
     /// libiscsi prepares `task` (atomic context). A SCSI command refused
     /// here is failed (libiscsi turns any error into `EIO`, then

@@ -12,7 +12,9 @@
 pub(crate) mod cm;
 pub(crate) mod conn;
 mod device;
+mod event;
 mod verbs;
 
 pub(crate) use device::{Client, ClientDriver, ClientRegistry, Device, DeviceCaps};
+pub(crate) use event::AsyncEvent;
 pub(crate) use verbs::{Cq, Pd, PollContext};

@@ -25,6 +25,7 @@ mod registry;
 mod scsi;
 mod sg;
 mod sockaddr;
+mod trace;
 
 use kernel::prelude::*;
 

@@ -3,9 +3,11 @@
 //! The iSER connection and its RDMA CM state machine: connect, poll,
 //! teardown, and the CM events (iser_verbs.c's connection half).
 
+pub(crate) use super::failure::Failure;
 use super::{
     device::DevUse,
     res::{Bufs, Res, CTRL_TX},
+    stats::Counters,
     Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RESOLVE_TIMEOUT_MS,
 };
 use crate::{
@@ -19,8 +21,9 @@ use crate::{
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef},
         conn::{ConnCaps, Connection},
-        Client, Cq, PollContext,
+        Client, Cq, Device, PollContext,
     },
+    trace,
 };
 use core::net::SocketAddrV4;
 use core::sync::atomic::AtomicI64;
@@ -35,107 +38,6 @@ use kernel::{
     sync::{Arc, CondVar, Mutex, SetOnce},
     time::{msecs_to_jiffies, Instant, Monotonic},
 };
-
-/// Why riser fails a connection (hands it to iscsid's recovery): said once
-/// in the log as "connection to ADDR failed: REASON".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// The CM reported an address, route, reject, connect or unreachable error.
-    ConnectError,
-    /// The RDMA device went away.
-    DeviceRemoved,
-    /// The address the connection was bound to changed.
-    AddrChanged,
-    /// The target closed the connection (not after a logout).
-    Disconnected,
-    /// The target answered one command twice.
-    SecondResponse,
-    /// A LOCAL_INV could not be posted: the rkey stays valid until teardown.
-    InvalidatePost,
-    /// No memory for the invalidations a TMF Response needs.
-    TmfNoMemory,
-    /// A receive completed for a buffer riser never posted.
-    UnknownRecvBuffer,
-    /// A receive buffer could not be read.
-    RecvUnreadable,
-    /// A receive could not be posted again.
-    RepostFailed,
-    /// The target sent a PDU that does not parse.
-    MalformedPdu,
-    /// The target sent a Data-In or R2T, which iSER forbids.
-    DataInOrR2t,
-    /// The target invalidated an rkey that was not the answered task's.
-    ForeignInvalidation,
-    /// The target sent more async messages than the limit allows.
-    AsyncFlood,
-    /// A Logout Response answered no Logout Request.
-    LogoutWithoutLogout,
-    /// A TMF Response carried data.
-    TmfWithData,
-    /// A second full-feature Login Response.
-    SecondFullFeature,
-    /// The full feature phase began without receive buffers.
-    NoFullFeatureBuffers,
-    /// The full-feature receives could not be posted.
-    FullFeaturePost,
-    /// libiscsi refused a PDU from the target.
-    LibiscsiRejected,
-    /// A receive completed with an error.
-    RecvError,
-    /// A send completed with an error.
-    SendError,
-    /// A command's registration went out and the command did not.
-    CommandPost,
-    /// A write needed more Data-Outs than were reserved for it.
-    DataOutExcess,
-    /// No Data-Out header was free.
-    NoDataOutHeader,
-    /// The task went away while its Data-Outs were sent.
-    TaskGone,
-    /// A Data-Out could not be posted after its command.
-    DataOutPost,
-}
-
-impl Failure {
-    /// The reason as the log says it.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::ConnectError => "connection error",
-            Self::DeviceRemoved => "RDMA device removed",
-            Self::AddrChanged => "address changed",
-            Self::Disconnected => "disconnected by the target",
-            Self::SecondResponse => "second response to a command",
-            Self::InvalidatePost => "cannot post a LOCAL_INV",
-            Self::TmfNoMemory => "no memory for a TMF's invalidations",
-            Self::UnknownRecvBuffer => "receive completion for an unknown buffer",
-            Self::RecvUnreadable => "receive buffer unreadable",
-            Self::RepostFailed => "cannot repost a receive",
-            Self::MalformedPdu => "malformed PDU",
-            Self::DataInOrR2t => "Data-In or R2T over iSER",
-            Self::ForeignInvalidation => "foreign remote invalidation",
-            Self::AsyncFlood => "async message flood",
-            Self::LogoutWithoutLogout => "Logout Response without a logout",
-            Self::TmfWithData => "TMF Response with data",
-            Self::SecondFullFeature => "second full-feature Login Response",
-            Self::NoFullFeatureBuffers => "full feature phase without receive buffers",
-            Self::FullFeaturePost => "cannot post the full-feature receives",
-            Self::LibiscsiRejected => "libiscsi rejected a PDU",
-            Self::RecvError => "receive error",
-            Self::SendError => "send error",
-            Self::CommandPost => "cannot post a command",
-            Self::DataOutExcess => "more Data-Outs than reserved",
-            Self::NoDataOutHeader => "no Data-Out header free",
-            Self::TaskGone => "task gone while sending its Data-Outs",
-            Self::DataOutPost => "cannot post a Data-Out",
-        }
-    }
-}
-
-impl kernel::fmt::Display for Failure {
-    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The state of an iSER connection, with what each state holds.
 pub(crate) enum Phase {
@@ -154,6 +56,17 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
+    /// The state's number in the `riser_conn_state` tracepoint.
+    fn code(&self) -> u8 {
+        match self {
+            Self::Resolving(_) => 0,
+            Self::Connecting => 1,
+            Self::Up => 2,
+            Self::Failed => 3,
+            Self::Terminating => 4,
+        }
+    }
+
     /// Whether the connection is still being made.
     fn connecting(&self) -> bool {
         matches!(self, Self::Resolving(_) | Self::Connecting)
@@ -172,10 +85,15 @@ impl State {
     /// Moves to `to`, and returns the phase left (with what it held: a CM
     /// id dropped inside its own handler goes to the CM; elsewhere, drop it
     /// without the state lock, as destroying an id waits for its handler).
-    /// The only writer of `up`, the lock-free view of [`Phase::Up`].
-    fn set(&mut self, up: &AtomicBool, to: Phase) -> Phase {
-        up.store(matches!(to, Phase::Up), Ordering::Release);
-        core::mem::replace(&mut self.phase, to)
+    /// The only writer of `up`, the lock-free view of [`Phase::Up`]; each
+    /// change is a `riser_conn_state` event.
+    fn set(&mut self, conn: &IserConn, to: Phase) -> Phase {
+        conn.up.store(matches!(to, Phase::Up), Ordering::Release);
+        let from = self.phase.code();
+        let code = to.code();
+        let left = core::mem::replace(&mut self.phase, to);
+        trace::conn_state(trace::id(conn), from, code);
+        left
     }
 }
 
@@ -226,6 +144,8 @@ pub(crate) struct IserConn {
     /// would only miscount.
     pub(super) async_window: AtomicI64,
     pub(super) async_count: AtomicU32,
+    /// What `iscsiadm -m session -s` shows of riser's own.
+    pub(super) counters: Counters,
 }
 
 impl IserConn {
@@ -255,19 +175,20 @@ impl IserConn {
                 born: Instant::now(),
                 async_window: AtomicI64::new(0),
                 async_count: AtomicU32::new(0),
+                counters: Counters::default(),
             }),
             GFP_KERNEL,
         )?;
         let id = CmId::new(c.clone())?;
         let mut st = c.state.lock();
         // Resolve under the lock so the handler finds the id in place.
-        st.set(&c.up, Phase::Resolving(id));
+        st.set(&c, Phase::Resolving(id));
         let r = match &st.phase {
             Phase::Resolving(id) => id.resolve_addr(dst, RESOLVE_TIMEOUT_MS),
             _ => Err(EINVAL),
         };
         if let Err(e) = r {
-            let id = st.set(&c.up, Phase::Failed);
+            let id = st.set(&c, Phase::Failed);
             drop(st);
             drop(id);
             pr_err!("cannot resolve {}: {:?}\n", Addr(dst), e);
@@ -321,7 +242,7 @@ impl IserConn {
                 Phase::Failed => Phase::Failed,
                 _ => Phase::Terminating,
             };
-            let left = st.set(&self.up, to);
+            let left = st.set(self, to);
             self.cv.notify_all();
             left
         };
@@ -374,7 +295,7 @@ impl IserConn {
         let resolving = {
             let mut st = self.state.lock();
             match st.phase {
-                Phase::Resolving(_) => Some(st.set(&self.up, Phase::Failed)),
+                Phase::Resolving(_) => Some(st.set(self, Phase::Failed)),
                 _ => None,
             }
         };
@@ -398,6 +319,12 @@ impl IserConn {
     }
 
     /// The connection failed under libiscsi: hand recovery to iscsid.
+    /// The port of `dev` the connection goes through, if it goes through
+    /// `dev` (and is connected).
+    pub(super) fn port_on(&self, dev: &Device) -> Option<u32> {
+        self.res()?.conn.port_on(dev)
+    }
+
     pub(super) fn fail(&self, why: Failure) {
         if !self.failed.swap(true, Ordering::AcqRel) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
@@ -469,7 +396,14 @@ impl IserConn {
         .encode(&mut private);
         let rd_atom = u8::try_from(caps.max_qp_rd_atom.min(255)).unwrap_or(u8::MAX);
         let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
-        let res = Res::new(conn, ctx, sizing, bufs, self.params.always_register);
+        let res = Res::new(
+            conn,
+            trace::id(self),
+            ctx,
+            sizing,
+            bufs,
+            self.params.always_register,
+        );
         let Ok(res) = slot.write_pin_init(Revocable::new(res));
         // Populated once: this handler runs once per id for ROUTE_RESOLVED.
         let _ = self.res.populate(res);
@@ -509,7 +443,7 @@ impl CmHandler for IserConn {
                 if let Err(e) = id.resolve_route(RESOLVE_TIMEOUT_MS) {
                     pr_err!("cannot resolve the route to {}: {:?}\n", Addr(self.dst), e);
                     // The id goes to the CM (dropped in its own handler).
-                    drop(st.set(&self.up, Phase::Failed));
+                    drop(st.set(self, Phase::Failed));
                     self.cv.notify_all();
                 }
             }
@@ -517,12 +451,12 @@ impl CmHandler for IserConn {
                 if !matches!(st.phase, Phase::Resolving(_)) {
                     return;
                 }
-                let Phase::Resolving(cm) = st.set(&self.up, Phase::Connecting) else {
+                let Phase::Resolving(cm) = st.set(self, Phase::Connecting) else {
                     return;
                 };
                 if let Err(e) = self.route_resolved(cm, id) {
                     pr_err!("cannot connect to {}: {:?}\n", Addr(self.dst), e);
-                    st.set(&self.up, Phase::Failed);
+                    st.set(self, Phase::Failed);
                     self.cv.notify_all();
                 }
             }
@@ -535,7 +469,7 @@ impl CmHandler for IserConn {
                         pr_debug!("target CM header: {:?}\n", h);
                     }
                 }
-                st.set(&self.up, Phase::Up);
+                st.set(self, Phase::Up);
                 self.cv.notify_all();
             }
             CmEvent::AddrError(s)
@@ -551,7 +485,7 @@ impl CmHandler for IserConn {
                 );
                 if st.phase.connecting() {
                     // A resolving id goes to the CM.
-                    drop(st.set(&self.up, Phase::Failed));
+                    drop(st.set(self, Phase::Failed));
                 }
                 self.cv.notify_all();
                 drop(st);
@@ -570,7 +504,7 @@ impl CmHandler for IserConn {
                     Phase::Terminating
                 };
                 // A resolving id goes to the CM.
-                drop(st.set(&self.up, to));
+                drop(st.set(self, to));
                 self.cv.notify_all();
                 drop(st);
                 pr_warn!(
@@ -588,9 +522,9 @@ impl CmHandler for IserConn {
             CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
                 let was_up = matches!(st.phase, Phase::Up);
                 if st.phase.connecting() {
-                    drop(st.set(&self.up, Phase::Failed));
+                    drop(st.set(self, Phase::Failed));
                 } else if was_up {
-                    st.set(&self.up, Phase::Terminating);
+                    st.set(self, Phase::Terminating);
                 }
                 self.cv.notify_all();
                 drop(st);

@@ -4,9 +4,11 @@
 //! the first and freed with the last, and the `ib_client` that tracks devices
 //! (as ib_iser's iser_verbs.c does for its device list).
 
+use super::conn::Failure;
 use super::Iser;
 use crate::{
-    rdma::{conn::DeviceRef, ClientDriver, ClientRegistry, Device, DeviceCaps, Pd},
+    iscsi::TransportOps,
+    rdma::{conn::DeviceRef, AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps, Pd},
     registry::registry,
 };
 use kernel::{
@@ -116,6 +118,55 @@ impl ClientDriver for Iser {
             GFP_KERNEL,
         )?;
         KBox::new(slot, GFP_KERNEL).map_err(Into::into)
+    }
+
+    /// ib_iser only prints these. riser fails at once the connections an
+    /// event leaves without a path (their port lost its link or its
+    /// addresses, or the device failed), so iscsid starts recovery (and
+    /// dm-multipath fails the path) without waiting for NOP timeouts or
+    /// RC retries.
+    fn event(dev: &Device, _slot: &Arc<DevSlot>, ev: AsyncEvent) {
+        let name = dev.name();
+        let name = BStr::from_bytes(name.as_bytes());
+        let why = match ev {
+            AsyncEvent::PortError(_) => Failure::PortDown,
+            AsyncEvent::GidChange(_) => Failure::GidChanged,
+            AsyncEvent::DeviceFatal => Failure::DeviceFatal,
+            AsyncEvent::PortActive(p) => {
+                pr_info!("device {} port {}: active\n", name, p);
+                return;
+            }
+            // QP events go to the QP's connection; others need nothing.
+            AsyncEvent::QpError(_) | AsyncEvent::Other(_) => {
+                pr_info!("device {}: async event {:?}, nothing to do\n", name, ev);
+                return;
+            }
+        };
+        let eps = match <Iser as TransportOps>::registry().endpoints() {
+            Ok(eps) => eps,
+            Err(e) => {
+                pr_err!(
+                    "device {}: {:?}, cannot list connections: {:?}\n",
+                    name,
+                    ev,
+                    e
+                );
+                return;
+            }
+        };
+        let mut failed = 0u32;
+        for ep in eps.iter() {
+            if ep.port_on(dev).is_some_and(|p| ev.breaks_port(p)) {
+                ep.fail(why);
+                failed += 1;
+            }
+        }
+        pr_info!(
+            "device {}: {:?}: {} connection(s) failed\n",
+            name,
+            ev,
+            failed
+        );
     }
 
     fn remove(dev: &Device, slot: &Arc<DevSlot>) {

@@ -14,7 +14,11 @@ use crate::{
         login,
         pdu::{Bhs, RxPdu, TargetOpcode},
     },
-    rdma::conn::{QpHandler, Wc, UNSIGNALED_TAG},
+    rdma::{
+        conn::{QpHandler, Wc, UNSIGNALED_TAG},
+        AsyncEvent,
+    },
+    trace,
 };
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -65,6 +69,8 @@ impl IserConn {
                 return Err(Failure::MalformedPdu);
             }
         };
+        let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
+        trace::pdu_received(trace::id(self), bhs.bytes(), wc.invalidated.unwrap_or(0));
         if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
             pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
             return Err(Failure::DataInOrR2t);
@@ -103,13 +109,13 @@ impl IserConn {
             res.conn.mr_invalidated(idx);
         }
         if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
+            self.counters.async_refused.fetch_add(1, Ordering::Relaxed);
             pr_err!(
                 "target sent more than {} async messages in a second\n",
                 ASYNC_PER_SEC
             );
             return Err(Failure::AsyncFlood);
         }
-        let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
         let data = &bytes[pdu.data.clone()];
         match pdu.opcode {
             TargetOpcode::TextResponse => {
@@ -195,11 +201,21 @@ impl IserConn {
 }
 
 impl QpHandler for IserConn {
+    fn qp_event(&self, ev: AsyncEvent) {
+        // The provider may report from atomic context, under locks
+        // libiscsi's failure path could meet: reported from a workqueue.
+        if let AsyncEvent::QpError(_) = ev {
+            self.fail_later(Failure::QpError);
+        }
+    }
+
     fn recv_done(&self, tag: u32, wc: Wc) {
         let Some(res) = self.res() else {
             return;
         };
         if !wc.ok() {
+            self.counters.completion_failed(&wc);
+            trace::wc_error(trace::id(self), true, tag, wc.status);
             if !wc.flushed() {
                 pr_err!("receive failed with status {}\n", wc.status);
                 self.fail(Failure::RecvError);
@@ -210,6 +226,10 @@ impl QpHandler for IserConn {
     }
 
     fn send_done(&self, tag: u32, wc: Wc) {
+        if !wc.ok() {
+            self.counters.completion_failed(&wc);
+            trace::wc_error(trace::id(self), false, tag, wc.status);
+        }
         if !wc.ok() && !wc.flushed() {
             pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
             self.fail(Failure::SendError);

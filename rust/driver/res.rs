@@ -28,6 +28,8 @@ use kernel::{
 #[pin_data]
 pub(super) struct Res {
     pub(super) conn: Connection<IserConn>,
+    /// The owning connection's address, which its tracepoint events carry.
+    pub(super) trace_id: usize,
     pub(super) dev: DevUse,
     pub(super) sizing: ConnSizing,
     /// Buffers of control PDUs that carry data (login, text, NOP-Out with
@@ -155,6 +157,7 @@ impl Bufs {
 impl Res {
     pub(super) fn new(
         conn: Connection<IserConn>,
+        trace_id: usize,
         dev: DevUse,
         sizing: ConnSizing,
         b: Bufs,
@@ -162,6 +165,7 @@ impl Res {
     ) -> impl PinInit<Self> {
         pin_init!(Res {
             conn,
+            trace_id,
             dev,
             sizing,
             ctrl_tx: b.ctrl_tx,

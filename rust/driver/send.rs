@@ -20,6 +20,7 @@ use crate::{
         tmf,
     },
     rdma::conn::{Access, DmaBuf, Registration, SendOp, Sge},
+    trace,
 };
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
@@ -99,6 +100,7 @@ impl Res {
             sges: &[sge],
             keep: Some(buf),
         }])?;
+        trace::pdu_sent(self.trace_id, bhs.bytes(), 0);
         if let Some(r) = keep {
             let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
             *slot = Some((r, false));
@@ -213,7 +215,8 @@ impl Res {
             Exposure::RemoteWrite => Access::RemoteWrite,
         };
         let remote_key = plan.remote_mr();
-        let hdrs = Self::headers(iser, &Bhs(task.bhs()))?;
+        let bhs = task.bhs();
+        let hdrs = Self::headers(iser, &Bhs(bhs))?;
         let imm = task.imm_count();
         // A PDU without immediate data goes inline when the QP takes it: the
         // provider copies it while posting, so the SEND needs no completion
@@ -306,6 +309,8 @@ impl Res {
             self.unhold_command(idx, remote_key, with_imm);
             return Err(e);
         }
+        let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
+        trace::pdu_sent(self.trace_id, &bhs, stag);
         let broken = match (reg, dataouts > 0) {
             (Some(r), true) => self.send_dataouts(task, &r, dataouts),
             _ => None,
@@ -389,6 +394,7 @@ impl Res {
                 task.data_out_failed();
                 break Some(Failure::DataOutPost);
             }
+            trace::pdu_sent(self.trace_id, &d.bhs, 0);
             task.data_out_sent(&d);
         };
         // Give back what was reserved and not used.

@@ -18,9 +18,9 @@ use crate::{bindings, scsi::HostTemplate};
 use core::{
     marker::PhantomData,
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
-use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque};
+use kernel::{alloc::KVec, new_mutex, prelude::*, sync::Arc, types::Opaque};
 
 /// The C objects a transport's callbacks need, which the callbacks (plain
 /// functions) cannot otherwise reach.
@@ -30,12 +30,15 @@ use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque};
 /// Non-null pointers are set by [`Transport::new`] and point to the
 /// registered transport, its SCSI transport template, its host template and
 /// its table of endpoints, valid until the [`Transport`] is dropped, which
-/// clears them after unregistering.
+/// clears them after unregistering. `readers` counts the
+/// [`Registry::endpoints`] calls under way; the drop waits, after clearing
+/// `eps`, until none is left before the table goes.
 pub(crate) struct Registry<T: TransportOps> {
     tt: AtomicPtr<bindings::iscsi_transport>,
     scsi: AtomicPtr<bindings::scsi_transport_template>,
     sht: AtomicPtr<bindings::scsi_host_template>,
     eps: AtomicPtr<Endpoints<T>>,
+    readers: AtomicUsize,
 }
 
 impl<T: TransportOps> Registry<T> {
@@ -46,7 +49,35 @@ impl<T: TransportOps> Registry<T> {
             scsi: AtomicPtr::new(null_mut()),
             sht: AtomicPtr::new(null_mut()),
             eps: AtomicPtr::new(null_mut()),
+            readers: AtomicUsize::new(0),
         }
+    }
+
+    /// The endpoints of the registered transport (none if it is not
+    /// registered), for a driver that must act on every connection (an
+    /// RDMA port went down). Process context: it takes the table's mutex.
+    pub(crate) fn endpoints(&self) -> Result<KVec<Arc<T::Ep>>> {
+        // Counted before the pointer is read: the drop clears the pointer,
+        // then waits for the count (both sequentially consistent).
+        self.readers.fetch_add(1, Ordering::SeqCst);
+        let p = self.eps.load(Ordering::SeqCst);
+        let copy = || -> Result<KVec<Arc<T::Ep>>> {
+            if p.is_null() {
+                return Ok(KVec::new());
+            }
+            // SAFETY: A non-null pointer read while counted is the
+            // registered transport's table, which the drop frees only
+            // after the count fell to zero (type invariant).
+            let eps = unsafe { &*p }.lock();
+            let mut v = KVec::with_capacity(eps.len(), GFP_KERNEL)?;
+            for (_, e) in eps.iter() {
+                v.push(e.clone(), GFP_KERNEL)?;
+            }
+            Ok(v)
+        };
+        let v = copy();
+        self.readers.fetch_sub(1, Ordering::SeqCst);
+        v
     }
 }
 
@@ -198,8 +229,12 @@ impl<T: TransportOps> PinnedDrop for Transport<T> {
         let reg = T::registry();
         reg.scsi.store(null_mut(), Ordering::Release);
         reg.tt.store(null_mut(), Ordering::Release);
-        reg.eps.store(null_mut(), Ordering::Release);
+        reg.eps.store(null_mut(), Ordering::SeqCst);
         reg.sht.store(null_mut(), Ordering::Release);
+        // `endpoints` calls that saw the table end before it goes.
+        while reg.readers.load(Ordering::SeqCst) != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! memory regions; `wr`: scatter/gather entries, registrations, send
 //! operations and completion tags).
 //!
-//! A little over 600 lines: posting a chain of work requests (its
+//! About 650 lines: posting a chain of work requests (its
 //! validation, MR state and rollback) is one function, kept whole.
 //!
 //! Lifetimes are structural: a [`Connection`] owns its CM id, QP, CQ, MRs
@@ -17,7 +17,7 @@
 use super::{
     cm::{CmHandler, CmId, CmIdRef},
     verbs::Mr,
-    Cq, Pd,
+    AsyncEvent, Cq, Device, Pd,
 };
 use crate::{
     bindings,
@@ -108,6 +108,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         };
         let (recv_tags, send_tags, unsignaled, mrs) = parts;
         let attr_for = |max_inline_data: u32| bindings::ib_qp_init_attr {
+            event_handler: Some(Self::qp_event_cb),
             qp_context: id.context(),
             send_cq: cq.as_raw(),
             recv_cq: cq.as_raw(),
@@ -185,6 +186,19 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// The CM id.
     pub(crate) fn cm(&self) -> &CmId<H> {
         &self.id
+    }
+
+    /// The port of `dev` the connection goes through, if it goes through
+    /// `dev`.
+    pub(crate) fn port_on(&self, dev: &Device) -> Option<u32> {
+        // SAFETY: The id is valid while `self` is; its device and port are
+        // set once its route resolved, before the QP was made, and do not
+        // change.
+        let (d, p) = unsafe {
+            let id = self.id.as_raw();
+            ((*id).device, (*id).port_num)
+        };
+        (d == dev.as_raw()).then_some(p)
     }
 
     /// Bytes of inline data a send may carry ([`SendOp::InlineSend`]); 0
@@ -571,6 +585,18 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             // is set.
             invalidated: inv.then(|| unsafe { *wc.ex.invalidate_rkey.as_ref() }),
         }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the provider with an asynchronous event of this
+    /// connection's QP and its `qp_context`.
+    unsafe extern "C" fn qp_event_cb(ev: *mut bindings::ib_event, ctx: *mut c_void) {
+        // The QP's context is the `Arc<H>` the id owns, alive until the QP
+        // is gone; events stop when it is destroyed.
+        // SAFETY: The provider passes a valid event and the QP's context.
+        let (ev, h) = unsafe { (AsyncEvent::from_raw(ev), Arc::<H>::borrow(ctx)) };
+        h.qp_event(ev);
     }
 
     /// # Safety

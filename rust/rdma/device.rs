@@ -2,6 +2,7 @@
 
 //! RDMA devices and the `ib_client` registration that hands them to riser.
 
+use super::AsyncEvent;
 use crate::bindings;
 use core::{
     marker::PhantomData,
@@ -230,6 +231,11 @@ pub(crate) trait ClientDriver: 'static + Sized {
     /// error means the client does not use this device.
     fn add(dev: &Device) -> Result<KBox<Self::Context>>;
 
+    /// An asynchronous event of a device `add` accepted (a port down or
+    /// up, a GID change, a fatal error), from a workqueue: it may sleep.
+    /// Not called after `remove` begins.
+    fn event(_dev: &Device, _ctx: &Self::Context, _ev: AsyncEvent) {}
+
     /// The device is being unregistered: called once for each device `add`
     /// accepted, with the context it made, which is dropped right after.
     ///
@@ -358,8 +364,8 @@ impl<T: ClientDriver> Client<T> {
             return None;
         }
         // SAFETY: As above; only borrowed for the clone, under `_rcu`.
-        let ctx = unsafe { <KBox<T::Context> as ForeignOwnable>::borrow(p) };
-        Some((*ctx).clone())
+        let data = unsafe { <Pin<KBox<DevData<T>>> as ForeignOwnable>::borrow(p) };
+        Some((*data.ctx).clone())
     }
 
     fn raw(&self) -> *mut bindings::ib_client {
@@ -385,9 +391,27 @@ impl<T: ClientDriver> Client<T> {
             // registry holds it.
             let client = Self::find().ok_or(EINVAL)?;
             let ctx = T::add(device)?;
+            let data = KBox::pin_init(
+                pin_init!(DevData::<T> {
+                    handler <- Opaque::ffi_init(|h: *mut bindings::ib_event_handler| {
+                        // SAFETY: `h` is valid for writes; an all-zero
+                        // handler is valid, completed here.
+                        unsafe {
+                            core::ptr::write_bytes(h, 0, 1);
+                            (*h).device = dev;
+                            (*h).handler = Some(Self::event_callback);
+                        }
+                    }),
+                    ctx,
+                }),
+                GFP_KERNEL,
+            )?;
+            // SAFETY: The handler is pinned in `data`, which lives until
+            // `remove_callback` unregisters it.
+            unsafe { bindings::ib_register_event_handler(data.handler.get()) };
             // SAFETY: `dev` is valid (above), `client` is this registered
             // client, and the pointer is reclaimed in `remove_callback`.
-            unsafe { bindings::ib_set_client_data(dev, client, ctx.into_foreign()) };
+            unsafe { bindings::ib_set_client_data(dev, client, data.into_foreign()) };
             Ok(0)
         })
     }
@@ -417,10 +441,56 @@ impl<T: ClientDriver> Client<T> {
         }
         // SAFETY: A non-null `data` was made by `into_foreign` in
         // `add_callback`, and ib_core hands it back exactly once, here.
-        let ctx = unsafe { KBox::<T::Context>::from_foreign(data) };
-        T::remove(device, &ctx);
-        drop(ctx);
+        let data = unsafe { Pin::<KBox<DevData<T>>>::from_foreign(data) };
+        // Waits for a running event handler; none runs after.
+        // SAFETY: The handler was registered in `add_callback`.
+        unsafe { bindings::ib_unregister_event_handler(data.handler.get()) };
+        T::remove(device, &data.ctx);
+        drop(data);
     }
+
+    /// ib_core's asynchronous event handler of a device `add` accepted.
+    ///
+    /// # Safety
+    ///
+    /// Called by ib_core only (from a workqueue), with the handler
+    /// registered in `add_callback` and a valid event of its device.
+    unsafe extern "C" fn event_callback(
+        h: *mut bindings::ib_event_handler,
+        ev: *mut bindings::ib_event,
+    ) {
+        // SAFETY: `h` is the `handler` field of a live `DevData<T>`:
+        // `remove_callback` unregisters it (waiting for this callback)
+        // before freeing it. The event and its device are valid for the
+        // call.
+        let (data, device, ev) = unsafe {
+            let data = &*kernel::container_of!(
+                h.cast::<Opaque<bindings::ib_event_handler>>(),
+                DevData<T>,
+                handler
+            );
+            (
+                data,
+                Device::from_raw((*ev).device),
+                AsyncEvent::from_raw(ev),
+            )
+        };
+        T::event(device, &data.ctx, ev);
+    }
+}
+
+/// What a registered client keeps for each device `add` accepted: the
+/// device's asynchronous event handler and the driver's context.
+///
+/// # Invariants
+///
+/// `handler` is registered with ib_core from `add_callback` until
+/// `remove_callback` unregisters it, before this value is dropped.
+#[pin_data]
+struct DevData<T: ClientDriver> {
+    #[pin]
+    handler: Opaque<bindings::ib_event_handler>,
+    ctx: KBox<T::Context>,
 }
 
 #[pinned_drop]

@@ -26,7 +26,7 @@ NP=$TPG/np/$IP:3260
 
 dmesg_live
 
-plan 33
+plan 37
 
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 session_up() { iscsi_logged_in "$IQN"; }
@@ -61,6 +61,28 @@ rxe_on() {
 
 # verified_through_outage SECONDS OFF ON: fio writes and verifies while the
 # target goes away for SECONDS and comes back.
+# The link under rxe0 down (an RDMA port error): riser fails the
+# connections through that port at once (ib_iser only prints the event and
+# waits for NOP timeouts or RC retries). The time from the link going down
+# to the connection error libiscsi reports is printed, not asserted (a
+# timing); tests/guest/linkdown.sh compares it with ib_iser's.
+link_off() {
+	kmsg_mark
+	LINK_MARK=$MARK
+	ip link set dummy0 down
+}
+link_on() { ip link set dummy0 up; }
+port_event_handled() {
+	kernel_after_mark "$LINK_MARK" | grep -E "riser: device rxe0: PortError\(1\): [0-9]+ connection"
+}
+link_down_to_error() {
+	dmesg | awk -v m="riser-harness: mark $LINK_MARK" '
+		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
+		!start && index($0, m) { start = t($0); next }
+		start && /detected conn error/ { printf "link down to conn error: %.3f s\n", t($0) - start; found = 1; exit }
+		END { exit !found }'
+}
+
 verified_through_outage() {
 	local pid rc=0
 	# The outage fails the connection on purpose.
@@ -156,6 +178,12 @@ check "rxe deleted and re-added under fio: fio verified, no I/O error" \
 	verified_through_outage 3 rxe_off rxe_on
 check "  riser freed the connection in the device-removal event" \
 	dmesg_has "riser: RDMA device of the connection to $IP:3260 removed"
+check "  the session is logged in again" _wait_for 120 session_up
+
+check "link under rxe0 down 5 s under fio: fio verified, no I/O error" \
+	verified_through_outage 5 link_off link_on
+check "  riser failed the connection on the port event" port_event_handled
+check "  libiscsi reported the connection error (time printed)" link_down_to_error
 check "  the session is logged in again" _wait_for 120 session_up
 
 check "bus reset (sg_reset -b) under fio load, data verified" reset_under_load -b

@@ -59,6 +59,26 @@ stats_count_io() {
 		/scsirsp_pdus:/ { r = $2 }
 		END { exit !(tx >= 4194304 && rx >= 4194304 && c > 100 && r == c) }' <<<"$out"
 }
+# riser's own counters (the custom part of iscsi_stats, which iscsiadm
+# prints as "name: value" after libiscsi's): all nine named; after the
+# fio verify above, the login counted, registrations invalidated, and no
+# completion error, RNR retry exhaustion or async flood.
+riser_counters() {
+	local out
+	out=$(iscsiadm -m session -r "$(sid_of "$A")" -s) || return 1
+	echo "$out"
+	awk '
+		{ sub(/^[[:space:]]+/, "") }
+		$1 ~ /^(rnr_retry_exceeded|completions_flushed|completion_errors|send_queue_full|unregistered_cmds|async_msgs_refused|login_rounds|remote_invalidations|local_invalidations):$/ {
+			n++; v[$1] = $2
+		}
+		END {
+			exit !(n == 9 && v["login_rounds:"] >= 1 &&
+				v["remote_invalidations:"] + v["local_invalidations:"] > 0 &&
+				v["completion_errors:"] == 0 && v["rnr_retry_exceeded:"] == 0 &&
+				v["async_msgs_refused:"] == 0)
+		}' <<<"$out"
+}
 tmf_count() {
 	iscsiadm -m session -r "$(sid_of "$1")" -s | awk '/tmfrsp_pdus:/ { print $2 }'
 }
@@ -125,7 +145,7 @@ dmesg_live
 LIO_NO_AUTH='Initiator sent AuthMethod=None but Target is enforcing iSCSI Authentication|has not been successfully authenticated'
 LIO_AUTH_FAILED='Security negotiation failed'
 
-plan 54
+plan 55
 
 check "soft-RoCE device rxe0 created" setup_rxe $IP
 check "riser's dependencies load" load_deps
@@ -160,6 +180,7 @@ check "A: negotiated MaxBurstLength=131072" test "$(sess_attr $A max_burst_len)"
 check "A: fio verify" fio_verify "$DA" randwrite 16k 16 4M
 check "iscsiadm -m session -P 3 shows portal, parameters, disk" p3_shows
 check "iscsiadm -s counts octets and PDUs (get_stats)" stats_count_io
+check "iscsiadm -s shows riser's own counters (logins, invalidations, no errors)" riser_counters
 dmesg_mark
 sleep 12
 check "A: idle 12 s with NOP-Outs every 1 s and NOP-Ins every 5 s: still logged in" still_logged_in $A

@@ -4,12 +4,12 @@
 //! stop and destroy connections or reach them from netlink.
 
 use super::{
-    super::{task::BHS_LEN, Conn, ConnSlot, TransportOps},
+    super::{task::BHS_LEN, Conn, ConnSlot, CustomStats, TransportOps},
     *,
 };
 use crate::bindings;
 use core::{
-    ptr::null_mut,
+    ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
@@ -371,7 +371,8 @@ pub(super) unsafe extern "C" fn get_stats_callback<T: TransportOps>(
     // SAFETY: The connection is live (contract).
     let conn = unsafe { conn_of(cls_conn) };
     // SAFETY: As above.
-    let octets = unsafe { bound_ep_arc::<T>(conn) }.map(|ep| T::data_octets(&ep));
+    let ep = unsafe { bound_ep_arc::<T>(conn) };
+    let octets = ep.as_ref().map(|ep| T::data_octets(ep));
     // SAFETY: Both are live (contract); the counters are plain reads.
     unsafe {
         let c = &*conn;
@@ -385,5 +386,12 @@ pub(super) unsafe extern "C" fn get_stats_callback<T: TransportOps>(
         s.tmfcmd_pdus = c.tmfcmd_pdus_cnt;
         s.tmfrsp_pdus = c.tmfrsp_pdus_cnt.unsigned_abs();
         s.custom_length = 0;
+    }
+    if let (Some(ep), Some(stats)) = (ep, NonNull::new(stats)) {
+        // SAFETY: scsi_transport_iscsi's reply has room for
+        // `ISCSI_STATS_CUSTOM_MAX` custom entries after the stats, ours
+        // during the callback; none is written yet.
+        let mut out = unsafe { CustomStats::from_raw(stats) };
+        T::custom_stats(&ep, &mut out);
     }
 }

@@ -116,6 +116,11 @@ impl Wc {
     pub(crate) fn flushed(&self) -> bool {
         self.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR
     }
+
+    /// Whether the peer answered receive-not-ready past the QP's retries.
+    pub(crate) fn rnr_retry_exceeded(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR
+    }
 }
 
 /// Receives the completions of a [`Connection`]'s work requests, in softirq
@@ -127,6 +132,9 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
     /// requests (registration, invalidation) report with tag
     /// [`UNSIGNALED_TAG`], on error only.
     fn send_done(&self, tag: u32, wc: Wc);
+    /// The QP reported an asynchronous event (possibly in atomic context:
+    /// providers report from their completion paths).
+    fn qp_event(&self, _ev: super::super::AsyncEvent) {}
 }
 
 /// The tag of unsignaled work requests.

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! riser's tracepoints (trace system `riser`, defined in
+//! include/riser_trace.h): PDUs sent and received, completion errors and
+//! connection state changes. A tracepoint that is off costs a call and a
+//! static branch.
+//!
+//! A connection is named by an address (`conn`, which the trace shows
+//! hashed, as `%p` does): the same value in every event of one connection.
+
+use crate::bindings;
+use kernel::prelude::*;
+
+/// The BHS length.
+const BHS_LEN: usize = 48;
+
+/// The address a connection's events carry.
+pub(crate) fn id<T>(conn: &T) -> usize {
+    core::ptr::from_ref(conn).addr()
+}
+
+fn ptr(conn: usize) -> *const c_void {
+    core::ptr::without_provenance(conn)
+}
+
+/// A PDU was posted: its BHS and the STag the target was given (0: none).
+pub(crate) fn pdu_sent(conn: usize, bhs: &[u8; BHS_LEN], rkey: u32) {
+    // SAFETY: `bhs` is valid for its 48 bytes during the call; the
+    // connection's address is only recorded, never dereferenced.
+    unsafe { bindings::riser_trace_pdu_send(ptr(conn), bhs.as_ptr(), rkey) }
+}
+
+/// A PDU was received: its BHS and the STag the target invalidated with it
+/// (0: none).
+pub(crate) fn pdu_received(conn: usize, bhs: &[u8; BHS_LEN], invalidated: u32) {
+    // SAFETY: As in `pdu_sent`.
+    unsafe { bindings::riser_trace_pdu_recv(ptr(conn), bhs.as_ptr(), invalidated) }
+}
+
+/// A work request completed with an error (flushes included).
+pub(crate) fn wc_error(conn: usize, recv: bool, tag: u32, status: u32) {
+    // SAFETY: Plain values; the address is only recorded.
+    unsafe { bindings::riser_trace_wc_error(ptr(conn), recv, tag, status) }
+}
+
+/// A connection went from state `from` to `to` (0 resolving, 1
+/// connecting, 2 up, 3 failed, 4 terminating).
+pub(crate) fn conn_state(conn: usize, from: u8, to: u8) {
+    // SAFETY: Plain values; the address is only recorded.
+    unsafe { bindings::riser_trace_conn_state(ptr(conn), from, to) }
+}
