@@ -14,5 +14,7 @@
 #include <scsi/scsi_transport_iscsi.h>
 #include <scsi/iser.h>
 #include <net/net_namespace.h>
+#include <linux/in6.h>
+#include <linux/netlink.h>
 
 #include "riser_helpers.h"

@@ -47,7 +47,7 @@ use crate::{
     scsi::{HostLimits, HostTemplate},
 };
 use conn::IserConn;
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::sync::atomic::Ordering;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
 use memory::{HeldRsp, Track};
@@ -98,13 +98,13 @@ const ITT_INDEX_MASK: u32 = 0x1fff;
 /// gets through.
 const ASYNC_PER_SEC: u32 = 16;
 
-/// An IPv4 address and port, printable in log lines.
-struct Addr(SocketAddrV4);
+/// An IPv4 or IPv6 address and port, printable in log lines
+/// (`192.0.2.1:3260`, `[fd00::1]:3260`).
+struct Addr(SocketAddr);
 
 impl kernel::fmt::Display for Addr {
     fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        let [a, b, c, d] = self.0.ip().octets();
-        write!(f, "{}.{}.{}.{}:{}", a, b, c, d, self.0.port())
+        core::fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -198,7 +198,7 @@ impl TransportOps for Iser {
         })
     }
 
-    fn ep_connect(dst: SocketAddrV4) -> Result<Arc<IserConn>> {
+    fn ep_connect(dst: SocketAddr) -> Result<Arc<IserConn>> {
         IserConn::connect(dst)
     }
 
@@ -210,7 +210,7 @@ impl TransportOps for Iser {
         ep.terminate();
     }
 
-    fn ep_dst(ep: &IserConn) -> Option<SocketAddrV4> {
+    fn ep_dst(ep: &IserConn) -> Option<SocketAddr> {
         Some(ep.dst)
     }
 

@@ -109,7 +109,7 @@ pub(crate) use stats::CustomStats;
 pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, BHS_LEN};
 pub(crate) use transport::{Registry, Transport};
 
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use kernel::sync::aref::ARef;
 use kernel::sync::Arc;
 
@@ -170,7 +170,7 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// Starts connecting to `dst`.
-    fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+    fn ep_connect(_dst: SocketAddr) -> Result<Arc<Self::Ep>> {
         Err(EOPNOTSUPP)
     }
 
@@ -185,7 +185,7 @@ pub(crate) trait TransportOps: 'static + Sized {
     fn ep_disconnect(_ep: Arc<Self::Ep>) {}
 
     /// The peer address of the endpoint.
-    fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+    fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddr> {
         None
     }
 
@@ -301,7 +301,7 @@ mod tests {
                     $visible
                 }
 
-                fn ep_connect(_dst: SocketAddrV4) -> Result<Arc<Self::Ep>> {
+                fn ep_connect(_dst: SocketAddr) -> Result<Arc<Self::Ep>> {
                     Ok(Arc::new(
                         KBox::pin_init(ConnSlot::new(), GFP_KERNEL)?,
                         GFP_KERNEL,
@@ -314,7 +314,7 @@ mod tests {
                     Ok(true)
                 }
 
-                fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddrV4> {
+                fn ep_dst(_ep: &Self::Ep) -> Option<SocketAddr> {
                     Some($dst)
                 }
 
@@ -331,7 +331,10 @@ mod tests {
         TestTransport,
         c"riser_kunit",
         |attr| attr == Attr::Host(host_param::INITIATOR_NAME),
-        SocketAddrV4::new(core::net::Ipv4Addr::LOCALHOST, 1)
+        SocketAddr::new(
+            core::net::IpAddr::V6(core::net::Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1)),
+            3260
+        )
     );
 
     // A second transport, whose endpoints the first must refuse.
@@ -339,8 +342,50 @@ mod tests {
         OtherTransport,
         c"riser_kunit_other",
         |_attr| false,
-        SocketAddrV4::new(core::net::Ipv4Addr::new(192, 0, 2, 9), 3260)
+        SocketAddr::new(
+            core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 9)),
+            3260
+        )
     );
+
+    /// An ep_connect request as scsi_transport_iscsi hands it on: the
+    /// netlink header, the uevent, then the address, of which the header
+    /// counts `len` bytes.
+    #[repr(C)]
+    struct Request {
+        nlh: bindings::nlmsghdr,
+        ev: bindings::iscsi_uevent,
+        addr: bindings::__kernel_sockaddr_storage,
+    }
+
+    // The layout `iscsi_if_ep_connect` makes: `nlmsg_data()` 16 bytes in,
+    // the address right behind the uevent.
+    const _: () = assert!(
+        core::mem::offset_of!(Request, ev) == 16
+            && core::mem::offset_of!(Request, addr) == 16 + size_of::<bindings::iscsi_uevent>()
+    );
+
+    impl Request {
+        fn new(a: SocketAddr, len: usize) -> Result<KBox<Self>> {
+            let mut r = KBox::new(
+                Self {
+                    nlh: Default::default(),
+                    ev: Default::default(),
+                    addr: crate::sockaddr::storage(a),
+                },
+                GFP_KERNEL,
+            )?;
+            r.nlh.nlmsg_len = u32::try_from(core::mem::offset_of!(Request, addr) + len)?;
+            Ok(r)
+        }
+
+        fn dst(&mut self) -> *mut bindings::sockaddr {
+            (&raw mut self.addr).cast()
+        }
+    }
+
+    /// A whole `sockaddr_in`'s length, as iscsid sends it for IPv4.
+    const SIN_LEN: usize = size_of::<bindings::sockaddr_in>();
 
     /// A transport that takes the name of the first.
     struct SameName;
@@ -391,16 +436,19 @@ mod tests {
             KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL).err(),
             Some(EEXIST)
         );
-        let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
-            core::net::Ipv4Addr::new(192, 0, 2, 9),
-            3260,
-        ));
-        // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused;
-        // the endpoint is dropped by its own transport.
+        let mut req = Request::new(
+            SocketAddr::new(
+                core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 9)),
+                3260,
+            ),
+            SIN_LEN,
+        )?;
+        // SAFETY: `req` is laid out as an ep_connect request; the host is
+        // unused; the endpoint is dropped by its own transport.
         unsafe {
             let ep = transport::endpoint::ep_connect_callback::<TestTransport>(
                 core::ptr::null_mut(),
-                (&raw mut dst).cast(),
+                req.dst(),
                 0,
             );
             let ep = kernel::error::from_err_ptr(ep)?;
@@ -426,21 +474,25 @@ mod tests {
             Transport::<OtherTransport>::new(test_template()),
             GFP_KERNEL,
         )?;
-        let mut dst = crate::sockaddr::storage(SocketAddrV4::new(
-            core::net::Ipv4Addr::new(192, 0, 2, 9),
-            3260,
-        ));
-        // SAFETY: `dst` is a whole `sockaddr_storage`; the host is unused.
+        let mut req = Request::new(
+            SocketAddr::new(
+                core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 9)),
+                3260,
+            ),
+            SIN_LEN,
+        )?;
+        // SAFETY: `req` is laid out as an ep_connect request; the host is
+        // unused.
         let (my_ep, ep) = unsafe {
             (
                 transport::endpoint::ep_connect_callback::<TestTransport>(
                     core::ptr::null_mut(),
-                    (&raw mut dst).cast(),
+                    req.dst(),
                     0,
                 ),
                 transport::endpoint::ep_connect_callback::<OtherTransport>(
                     core::ptr::null_mut(),
-                    (&raw mut dst).cast(),
+                    req.dst(),
                     0,
                 ),
             )
@@ -485,6 +537,69 @@ mod tests {
             transport::endpoint::ep_disconnect_callback::<TestTransport>(my_ep);
         }
         drop(other);
+        drop(mine);
+        Ok(())
+    }
+
+    #[test]
+    fn an_ipv6_portal_is_read_whole_and_shown() -> Result {
+        let mine = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
+        let v6 = SocketAddr::new(
+            core::net::IpAddr::V6(core::net::Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1)),
+            3260,
+        );
+        // A request that carries only a `struct sockaddr` (all that
+        // scsi_transport_iscsi checks for) of an IPv6 address is refused,
+        // not read past its end; an unknown family likewise.
+        let mut short = Request::new(v6, SIN_LEN)?;
+        let mut unix = Request::new(v6, size_of::<bindings::sockaddr_in6>())?;
+        // CAST: AF_UNIX (1) fits the family type.
+        unix.addr.__bindgen_anon_1.__bindgen_anon_1.ss_family =
+            bindings::AF_UNIX as bindings::__kernel_sa_family_t;
+        let mut whole = Request::new(v6, size_of::<bindings::sockaddr_in6>())?;
+        // SAFETY: Each request is laid out as an ep_connect request; the
+        // host is unused.
+        let (short_ep, unix_ep, ep) = unsafe {
+            (
+                transport::endpoint::ep_connect_callback::<TestTransport>(
+                    core::ptr::null_mut(),
+                    short.dst(),
+                    0,
+                ),
+                transport::endpoint::ep_connect_callback::<TestTransport>(
+                    core::ptr::null_mut(),
+                    unix.dst(),
+                    0,
+                ),
+                transport::endpoint::ep_connect_callback::<TestTransport>(
+                    core::ptr::null_mut(),
+                    whole.dst(),
+                    0,
+                ),
+            )
+        };
+        assert_eq!(kernel::error::from_err_ptr(short_ep).err(), Some(EINVAL));
+        assert_eq!(
+            kernel::error::from_err_ptr(unix_ep).err(),
+            Some(EAFNOSUPPORT)
+        );
+        let ep = kernel::error::from_err_ptr(ep)?;
+        // The portal, as `iscsiadm -m session -P 3` reads it.
+        let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
+        // SAFETY: `ep` is live and `TestTransport`'s; `page` is a page
+        // (a 4096-byte kmalloc is page-aligned).
+        let n = unsafe {
+            transport::endpoint::get_ep_param_callback::<TestTransport>(
+                ep,
+                bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
+                page.as_mut_ptr().cast(),
+            )
+        };
+        let shown = b"fd00:0077:0000:0000:0000:0000:0000:0001\n";
+        assert_eq!(usize::try_from(n).ok(), Some(shown.len()));
+        assert_eq!(&page[..shown.len()], &shown[..]);
+        // SAFETY: As above; `ep` is not used after.
+        unsafe { transport::endpoint::ep_disconnect_callback::<TestTransport>(ep) };
         drop(mine);
         Ok(())
     }

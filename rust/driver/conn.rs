@@ -21,11 +21,11 @@ use crate::{
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef},
         conn::{ConnCaps, Connection},
-        Client, Cq, Device, PollContext,
+        AsyncEvent, Client, Cq, Device, PollContext,
     },
     trace,
 };
-use core::net::SocketAddrV4;
+use core::net::SocketAddr;
 use core::sync::atomic::AtomicI64;
 use core::sync::atomic::AtomicU32;
 use core::sync::atomic::AtomicU64;
@@ -107,7 +107,7 @@ pub(crate) struct IserConn {
     #[pin]
     pub(super) bound: ConnSlot,
     pub(super) res: SetOnce<Pin<KBox<Revocable<Res>>>>,
-    pub(super) dst: SocketAddrV4,
+    pub(super) dst: SocketAddr,
     pub(super) params: Params,
     /// Established and not torn down (the phase is [`Phase::Up`]): the
     /// lock-free view atomic paths check, as they cannot take the state's
@@ -149,7 +149,7 @@ pub(crate) struct IserConn {
 }
 
 impl IserConn {
-    pub(super) fn connect(dst: SocketAddrV4) -> Result<Arc<Self>> {
+    pub(super) fn connect(dst: SocketAddr) -> Result<Arc<Self>> {
         let params = crate::params::current()?;
         let c = Arc::pin_init(
             pin_init!(IserConn {
@@ -318,13 +318,29 @@ impl IserConn {
         }
     }
 
-    /// The connection failed under libiscsi: hand recovery to iscsid.
-    /// The port of `dev` the connection goes through, if it goes through
-    /// `dev` (and is connected).
-    pub(super) fn port_on(&self, dev: &Device) -> Option<u32> {
-        self.res()?.conn.port_on(dev)
+    /// Why the RDMA async event `ev` of `dev` leaves this connection
+    /// without a path, if it does: its port went down, its device failed,
+    /// or (a GID change) its own source GID left the port's table. `None`
+    /// for a connection not through `dev`, not up yet, or logged out (its
+    /// end is under way, and failing it would only hide why).
+    pub(super) fn broken_by(&self, dev: &Device, ev: AsyncEvent) -> Option<Failure> {
+        if !self.is_up() || self.logged_out.load(Ordering::Acquire) {
+            return None;
+        }
+        let res = self.res()?;
+        let port = res.conn.port_on(dev)?;
+        match ev {
+            AsyncEvent::PortError(_) if ev.breaks_port(port) => Some(Failure::PortDown),
+            AsyncEvent::DeviceFatal => Some(Failure::DeviceFatal),
+            AsyncEvent::GidChange(p) if p == port => {
+                let sgid = res.conn.source_gid();
+                (!dev.port_has_gid(port, &sgid)).then_some(Failure::GidChanged)
+            }
+            _ => None,
+        }
     }
 
+    /// The connection failed under libiscsi: hand recovery to iscsid.
     pub(super) fn fail(&self, why: Failure) {
         if !self.failed.swap(true, Ordering::AcqRel) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);

@@ -4,7 +4,6 @@
 //! the first and freed with the last, and the `ib_client` that tracks devices
 //! (as ib_iser's iser_verbs.c does for its device list).
 
-use super::conn::Failure;
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
@@ -121,17 +120,21 @@ impl ClientDriver for Iser {
     }
 
     /// ib_iser only prints these. riser fails at once the connections an
-    /// event leaves without a path (their port lost its link or its
-    /// addresses, or the device failed), so iscsid starts recovery (and
-    /// dm-multipath fails the path) without waiting for NOP timeouts or
-    /// RC retries.
+    /// event leaves without a path (their port lost its link, the device
+    /// failed, or their own source address left the port's GID table), so
+    /// iscsid starts recovery (and dm-multipath fails the path) without
+    /// waiting for NOP timeouts or RC retries. A GID change that leaves a
+    /// connection's address in place (another address came or went) leaves
+    /// the connection alone.
+    ///
+    /// A GID change arrives with ib_core's GID table mutex held (and
+    /// sometimes the RTNL): the walk below allocates nothing, and failing a
+    /// connection only queues iscsid's work.
     fn event(dev: &Device, _slot: &Arc<DevSlot>, ev: AsyncEvent) {
         let name = dev.name();
         let name = BStr::from_bytes(name.as_bytes());
-        let why = match ev {
-            AsyncEvent::PortError(_) => Failure::PortDown,
-            AsyncEvent::GidChange(_) => Failure::GidChanged,
-            AsyncEvent::DeviceFatal => Failure::DeviceFatal,
+        match ev {
+            AsyncEvent::PortError(_) | AsyncEvent::GidChange(_) | AsyncEvent::DeviceFatal => {}
             AsyncEvent::PortActive(p) => {
                 pr_info!("device {} port {}: active\n", name, p);
                 return;
@@ -141,26 +144,14 @@ impl ClientDriver for Iser {
                 pr_info!("device {}: async event {:?}, nothing to do\n", name, ev);
                 return;
             }
-        };
-        let eps = match <Iser as TransportOps>::registry().endpoints() {
-            Ok(eps) => eps,
-            Err(e) => {
-                pr_err!(
-                    "device {}: {:?}, cannot list connections: {:?}\n",
-                    name,
-                    ev,
-                    e
-                );
-                return;
-            }
-        };
+        }
         let mut failed = 0u32;
-        for ep in eps.iter() {
-            if ep.port_on(dev).is_some_and(|p| ev.breaks_port(p)) {
+        <Iser as TransportOps>::registry().for_each_endpoint(|ep| {
+            if let Some(why) = ep.broken_by(dev, ev) {
                 ep.fail(why);
                 failed += 1;
             }
-        }
+        });
         pr_info!(
             "device {}: {:?}: {} connection(s) failed\n",
             name,

@@ -12,7 +12,8 @@ pub(crate) enum Failure {
     DeviceRemoved,
     /// The connection's port lost its link (an RDMA async event).
     PortDown,
-    /// The connection's port's addresses changed (an RDMA async event).
+    /// The connection's source address left its port's GID table (an
+    /// RDMA async event).
     GidChanged,
     /// The RDMA device reported a fatal error.
     DeviceFatal,
@@ -77,7 +78,7 @@ impl Failure {
             Self::ConnectError => "connection error",
             Self::DeviceRemoved => "RDMA device removed",
             Self::PortDown => "the RDMA port went down",
-            Self::GidChanged => "the RDMA port's addresses changed",
+            Self::GidChanged => "its source address left the RDMA port",
             Self::DeviceFatal => "the RDMA device failed",
             Self::QpError => "the QP failed",
             Self::AddrChanged => "address changed",

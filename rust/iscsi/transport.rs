@@ -20,7 +20,7 @@ use core::{
     ptr::null_mut,
     sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
-use kernel::{alloc::KVec, new_mutex, prelude::*, sync::Arc, types::Opaque};
+use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque};
 
 /// The C objects a transport's callbacks need, which the callbacks (plain
 /// functions) cannot otherwise reach.
@@ -29,10 +29,11 @@ use kernel::{alloc::KVec, new_mutex, prelude::*, sync::Arc, types::Opaque};
 ///
 /// Non-null pointers are set by [`Transport::new`] and point to the
 /// registered transport, its SCSI transport template, its host template and
-/// its table of endpoints, valid until the [`Transport`] is dropped, which
-/// clears them after unregistering. `readers` counts the
-/// [`Registry::endpoints`] calls under way; the drop waits, after clearing
-/// `eps`, until none is left before the table goes.
+/// its table of endpoints, valid until the [`Transport`] is dropped (which
+/// clears them after unregistering) or its registration fails (which clears
+/// them before the table goes). `readers` counts the
+/// [`Registry::for_each_endpoint`] calls under way; both clear `eps`, then
+/// wait until none is left before the table goes.
 pub(crate) struct Registry<T: TransportOps> {
     tt: AtomicPtr<bindings::iscsi_transport>,
     scsi: AtomicPtr<bindings::scsi_transport_template>,
@@ -53,31 +54,39 @@ impl<T: TransportOps> Registry<T> {
         }
     }
 
-    /// The endpoints of the registered transport (none if it is not
-    /// registered), for a driver that must act on every connection (an
-    /// RDMA port went down). Process context: it takes the table's mutex.
-    pub(crate) fn endpoints(&self) -> Result<KVec<Arc<T::Ep>>> {
+    /// Calls `f` with each endpoint of the registered transport (none if
+    /// it is not registered), for a driver that must act on every
+    /// connection (an RDMA port went down). `f` runs under the table's
+    /// mutex: it must not make, look up or drop endpoints. Allocates
+    /// nothing, so it may run where reclaim must not be waited for.
+    pub(crate) fn for_each_endpoint(&self, mut f: impl FnMut(&T::Ep)) {
         // Counted before the pointer is read: the drop clears the pointer,
         // then waits for the count (both sequentially consistent).
         self.readers.fetch_add(1, Ordering::SeqCst);
         let p = self.eps.load(Ordering::SeqCst);
-        let copy = || -> Result<KVec<Arc<T::Ep>>> {
-            if p.is_null() {
-                return Ok(KVec::new());
-            }
+        if !p.is_null() {
             // SAFETY: A non-null pointer read while counted is the
-            // registered transport's table, which the drop frees only
-            // after the count fell to zero (type invariant).
+            // registered transport's table, which is freed only after the
+            // pointer was cleared and the count fell to zero (type
+            // invariant; `unpublish`).
             let eps = unsafe { &*p }.lock();
-            let mut v = KVec::with_capacity(eps.len(), GFP_KERNEL)?;
             for (_, e) in eps.iter() {
-                v.push(e.clone(), GFP_KERNEL)?;
+                f(e);
             }
-            Ok(v)
-        };
-        let v = copy();
+        }
         self.readers.fetch_sub(1, Ordering::SeqCst);
-        v
+    }
+
+    /// Clears what a registration published, then waits until no
+    /// [`Self::for_each_endpoint`] that saw the table still uses it.
+    fn unpublish(&self) {
+        self.scsi.store(null_mut(), Ordering::Release);
+        self.tt.store(null_mut(), Ordering::Release);
+        self.eps.store(null_mut(), Ordering::SeqCst);
+        self.sht.store(null_mut(), Ordering::Release);
+        while self.readers.load(Ordering::SeqCst) != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
     }
 }
 
@@ -196,9 +205,9 @@ impl<T: TransportOps> Transport<T> {
                 // `PinnedDrop::drop` before it goes away.
                 let scsi = unsafe { bindings::iscsi_register_transport(slot) };
                 if scsi.is_null() {
-                    reg.tt.store(null_mut(), Ordering::Release);
-                    reg.eps.store(null_mut(), Ordering::Release);
-                    reg.sht.store(null_mut(), Ordering::Release);
+                    // The table is freed with this failed initialisation:
+                    // no reader may still hold it.
+                    reg.unpublish();
                     // scsi_transport_iscsi refuses a taken name silently.
                     pr_err!(
                         "cannot register iSCSI transport \"{}\": the name is taken, most \
@@ -226,15 +235,8 @@ impl<T: TransportOps> PinnedDrop for Transport<T> {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant the transport is registered.
         unsafe { bindings::iscsi_unregister_transport(self.tt.get()) };
-        let reg = T::registry();
-        reg.scsi.store(null_mut(), Ordering::Release);
-        reg.tt.store(null_mut(), Ordering::Release);
-        reg.eps.store(null_mut(), Ordering::SeqCst);
-        reg.sht.store(null_mut(), Ordering::Release);
-        // `endpoints` calls that saw the table end before it goes.
-        while reg.readers.load(Ordering::SeqCst) != 0 {
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
-        }
+        // `for_each_endpoint` calls that saw the table end before it goes.
+        T::registry().unpublish();
     }
 }
 

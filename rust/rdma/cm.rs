@@ -5,7 +5,7 @@
 use super::Device;
 use crate::bindings;
 use core::{
-    net::SocketAddrV4,
+    net::SocketAddr,
     ptr::NonNull,
     sync::atomic::{AtomicPtr, AtomicU8, Ordering},
 };
@@ -232,17 +232,18 @@ impl<H: CmHandler> CmId<H> {
 
     /// Starts resolving `dst` to a local RDMA device; the outcome arrives as
     /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`].
-    pub(crate) fn resolve_addr(&self, dst: SocketAddrV4, timeout_ms: u32) -> Result {
-        let mut sin = crate::sockaddr::sockaddr_in(dst);
+    pub(crate) fn resolve_addr(&self, dst: SocketAddr, timeout_ms: u32) -> Result {
+        let mut ss = crate::sockaddr::storage(dst);
         // Lossless: `c_ulong` is 64 bits wide on every architecture riser builds for.
         let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
-        // SAFETY: The id is valid (type invariant); `sin` is a valid IPv4
-        // address the CM copies before returning.
+        // SAFETY: The id is valid (type invariant); `ss` holds a valid IPv4
+        // or IPv6 address, which the CM copies (by its family's size)
+        // before returning.
         to_result(unsafe {
             bindings::rdma_resolve_addr(
                 self.id.as_ptr(),
                 core::ptr::null_mut(),
-                (&raw mut sin).cast(),
+                (&raw mut ss).cast(),
                 timeout,
             )
         })

@@ -201,6 +201,19 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         (d == dev.as_raw()).then_some(p)
     }
 
+    /// The connection's source GID: for RoCE its source IP address as a
+    /// GID, for InfiniBand and iWARP the port GID its address resolved to.
+    pub(crate) fn source_gid(&self) -> [u8; 16] {
+        let mut sgid = bindings::ib_gid::default();
+        // SAFETY: The id is valid while `self` is; `rdma_read_gids` reads
+        // its device, port and addresses, set once its route resolved
+        // (before the QP was made) and not changed after; `sgid` is
+        // writable and a null `dgid` is not written.
+        unsafe { bindings::rdma_read_gids(self.id.as_raw(), &mut sgid, core::ptr::null_mut()) };
+        // SAFETY: Every bit pattern of the GID union is a valid byte array.
+        unsafe { *sgid.raw.as_ref() }
+    }
+
     /// Bytes of inline data a send may carry ([`SendOp::InlineSend`]); 0
     /// when the provider took none.
     pub(crate) fn max_inline(&self) -> u32 {

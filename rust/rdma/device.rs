@@ -12,7 +12,7 @@ use core::{
 };
 use kernel::{
     alloc::{KBox, KVec},
-    error::{from_err_ptr, from_result, to_result},
+    error::{from_result, to_result},
     prelude::*,
     str::CStrExt,
     sync::aref::ARef,
@@ -110,36 +110,55 @@ impl Device {
         }
     }
 
+    /// Calls `f` with each valid GID of `port`, in table order, while it
+    /// returns `true`. Copies each GID under the table's read lock and
+    /// takes no reference on an entry, so it may run from a GID-change
+    /// event handler (which ib_core calls with the table's mutex held).
+    fn for_each_gid(&self, port: u32, mut f: impl FnMut([u8; 16]) -> bool) {
+        // Past the table's end `rdma_query_gid` fails with EINVAL; the cap
+        // only bounds a device that reported a huge table.
+        for index in 0..4096 {
+            let mut gid = bindings::ib_gid::default();
+            // SAFETY: The device is valid (type invariant); `gid` is
+            // writable; an invalid port or index is refused with an error.
+            let ret = unsafe { bindings::rdma_query_gid(self.as_raw(), port, index, &mut gid) };
+            if ret == ENOENT.to_errno() {
+                // An empty entry (the table may have holes).
+                continue;
+            }
+            if ret != 0 {
+                break;
+            }
+            // SAFETY: Every bit pattern of the GID union is a valid byte
+            // array.
+            if !f(unsafe { *gid.raw.as_ref() }) {
+                break;
+            }
+        }
+    }
+
+    /// Whether the GID table of `port` holds `gid`.
+    pub(crate) fn port_has_gid(&self, port: u32, gid: &[u8; 16]) -> bool {
+        let mut found = false;
+        self.for_each_gid(port, |g| {
+            found = g == *gid;
+            !found
+        });
+        found
+    }
+
     /// The IPv4 addresses in the GID table of `port` (RoCE v2 GIDs are
     /// IPv4-mapped IPv6 addresses), at most `max` of them.
     pub(crate) fn ipv4_gids(&self, port: u32, max: usize) -> Result<KVec<Ipv4Addr>> {
         let mut out = KVec::new();
-        // A GID table is small; stop at the first index past its end.
-        for index in 0..256 {
-            if out.len() >= max {
-                break;
-            }
-            // SAFETY: The device is valid (type invariant); the attribute
-            // returned on success holds a reference released below.
-            let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index) };
-            let attr = match from_err_ptr(attr.cast_mut()) {
-                Ok(a) => a,
-                // An empty entry (the table may have holes).
-                Err(e) if e == ENODATA => continue,
-                // Past the table's end, or no such port.
-                Err(_) => break,
-            };
-            // SAFETY: `attr` is a valid, referenced GID attribute; every
-            // bit pattern of the GID union is a valid byte array.
-            let raw: [u8; 16] = unsafe { *(*attr).gid.raw.as_ref() };
-            // SAFETY: `attr` came from `rdma_get_gid_attr` and is released
-            // once.
-            unsafe { bindings::rdma_put_gid_attr(attr) };
+        let mut res = Ok(());
+        self.for_each_gid(port, |raw| {
             if let Some(v4) = Ipv6Addr::from(raw).to_ipv4_mapped() {
-                out.push(v4, GFP_KERNEL)?;
+                res = out.push(v4, GFP_KERNEL).map_err(Error::from);
             }
-        }
-        Ok(out)
+            res.is_ok() && out.len() < max
+        });
+        res.map(|()| out)
     }
 }
 
@@ -232,8 +251,14 @@ pub(crate) trait ClientDriver: 'static + Sized {
     fn add(dev: &Device) -> Result<KBox<Self::Context>>;
 
     /// An asynchronous event of a device `add` accepted (a port down or
-    /// up, a GID change, a fatal error), from a workqueue: it may sleep.
-    /// Not called after `remove` begins.
+    /// up, a GID change, a fatal error). Not called after `remove` begins.
+    ///
+    /// It may block, but it must not allocate memory that reclaim could
+    /// wait for, nor take a lock held around device or address changes:
+    /// most events come from ib_core's workqueue, but a GID change comes
+    /// straight from the code that changed the table, with the table's
+    /// mutex, ib_core's device and event-handler semaphores and sometimes
+    /// the RTNL held.
     fn event(_dev: &Device, _ctx: &Self::Context, _ev: AsyncEvent) {}
 
     /// The device is being unregistered: called once for each device `add`
@@ -453,8 +478,9 @@ impl<T: ClientDriver> Client<T> {
     ///
     /// # Safety
     ///
-    /// Called by ib_core only (from a workqueue), with the handler
-    /// registered in `add_callback` and a valid event of its device.
+    /// Called by ib_core only (from its workqueue, or for a GID change from
+    /// the code that changed the table), with the handler registered in
+    /// `add_callback` and a valid event of its device.
     unsafe extern "C" fn event_callback(
         h: *mut bindings::ib_event_handler,
         ev: *mut bindings::ib_event,

@@ -49,12 +49,37 @@ impl AsyncEvent {
         }
     }
 
-    /// Whether connections through `port` can no longer carry traffic.
+    /// Whether connections through `port` can no longer carry traffic,
+    /// whatever their addresses: the port lost its link, or the device
+    /// failed. A GID change is not such an event: ib_core reports every
+    /// address added to or removed from the port's netdevs (an unrelated
+    /// IPv6 address, a VLAN coming up), so a connection is broken by one
+    /// only when its own source GID left the table
+    /// ([`super::Device::port_has_gid`]).
     pub(crate) fn breaks_port(&self, port: u32) -> bool {
         match *self {
-            Self::PortError(p) | Self::GidChange(p) => p == port,
+            Self::PortError(p) => p == port,
             Self::DeviceFatal => true,
             _ => false,
         }
+    }
+}
+
+#[kernel::prelude::kunit_tests(riser_rdma_event)]
+mod tests {
+    use super::AsyncEvent;
+
+    #[test]
+    fn only_a_lost_link_or_a_dead_device_breaks_a_port() {
+        assert!(AsyncEvent::PortError(1).breaks_port(1));
+        // Another port's trouble, a GID change (any address that came or
+        // went: the connection's own is checked against the table), an
+        // event riser does not know, a port coming up: none breaks it.
+        assert!(!AsyncEvent::PortError(2).breaks_port(1));
+        assert!(!AsyncEvent::GidChange(1).breaks_port(1));
+        assert!(!AsyncEvent::Other(99).breaks_port(1));
+        assert!(!AsyncEvent::PortActive(1).breaks_port(1));
+        assert!(!AsyncEvent::QpError(1).breaks_port(1));
+        assert!(AsyncEvent::DeviceFatal.breaks_port(1));
     }
 }

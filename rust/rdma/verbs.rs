@@ -215,15 +215,20 @@ impl Mr {
         &self.pd
     }
 
-    /// The local key.
-    pub(crate) fn lkey(&self) -> u32 {
-        // SAFETY: The MR is valid (type invariant).
+    /// The local key. Takes `&mut self`: the holder of an MR's claim
+    /// rewrites its keys through a shared reference
+    /// ([`super::conn::MrClaim`]), so only exclusive access reads them
+    /// without racing such a write.
+    pub(crate) fn lkey(&mut self) -> u32 {
+        // SAFETY: The MR is valid (type invariant); nobody else holds a
+        // reference to `self`, so no claim holder writes the key now.
         unsafe { (*self.ptr.as_ptr()).lkey }
     }
 
-    /// The remote key (the STag advertised to the target).
-    pub(crate) fn rkey(&self) -> u32 {
-        // SAFETY: The MR is valid (type invariant).
+    /// The remote key (the STag advertised to the target); `&mut self` as
+    /// for [`Self::lkey`].
+    pub(crate) fn rkey(&mut self) -> u32 {
+        // SAFETY: As in `lkey`.
         unsafe { (*self.ptr.as_ptr()).rkey }
     }
 
@@ -288,8 +293,8 @@ mod tests {
         if cq.cqe() < 64 {
             return Err(ERANGE);
         }
-        let mr = Mr::new_fast_reg(pd, 32)?;
-        let mr2 = Mr::new_fast_reg(pd, 32)?;
+        let mut mr = Mr::new_fast_reg(pd, 32)?;
+        let mut mr2 = Mr::new_fast_reg(pd, 32)?;
         if mr.max_num_sg() != 32 || mr.rkey() == mr2.rkey() || mr.lkey() == mr2.lkey() {
             return Err(EINVAL);
         }
@@ -472,7 +477,7 @@ mod tests {
         };
         let waiter = Waiter::new()?;
         let id = CmId::new(waiter.clone())?;
-        id.resolve_addr(SocketAddrV4::new(ip, 3260), 2000)?;
+        id.resolve_addr(SocketAddrV4::new(ip, 3260).into(), 2000)?;
         waiter.addr.wait_for_completion();
         assert_eq!(waiter.status.load(Ordering::Relaxed), 0);
         assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_OK);
@@ -537,7 +542,7 @@ mod tests {
             let mut g = h.id.lock();
             let id = g.insert(CmId::new(h.clone())?);
             // The handler waits for this lock: it finds the id in place.
-            id.resolve_addr(dst, 500)
+            id.resolve_addr(dst.into(), 500)
         };
         if started.is_err() {
             drop(h.id.lock().take());
@@ -566,7 +571,7 @@ mod tests {
         // TEST-NET-1 (RFC 5737): no route and no RDMA device reach it, so
         // the CM refuses at once or reports ADDR_ERROR.
         let dst = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 3260);
-        if id.resolve_addr(dst, 500).is_ok() {
+        if id.resolve_addr(dst.into(), 500).is_ok() {
             waiter.addr.wait_for_completion();
             assert_eq!(waiter.seen.load(Ordering::Relaxed), ADDR_ERR);
             assert!(waiter.status.load(Ordering::Relaxed) < 0);

@@ -13,12 +13,19 @@ KO=$RISER_TOP/riser.ko
 
 RDMA=${RISER_RDMA:-rxe}
 if [ "$RDMA" = siw ]; then
-	IP=192.168.78.1
+	IP=192.168.78.1 IP6=fd00:78::1 NDEV=${SIW_NETDEV:-dummy1}
+	IPV6_GID=fd00:0078:0000:0000:0000:0000:0000:0001
 	IQN=iqn.2026-11.org.riser:session-siw
 else
-	IP=192.168.77.1
+	IP=192.168.77.1 IP6=fd00:77::1 NDEV=dummy0
+	IPV6_GID=fd00:0077:0000:0000:0000:0000:0000:0001
 	IQN=iqn.2026-11.org.riser:session
 fi
+# A second target, reached over IPv6 on the same RDMA device while the IPv4
+# session is up; iscsiadm takes the portal in brackets; sysfs, rxe's GID
+# table and libiscsi print the address in full (IPV6_GID).
+IQN6=$IQN-ipv6
+P6="[$IP6]"
 MNT=/tmp/riser-mnt
 
 fs_roundtrip() {
@@ -49,6 +56,50 @@ fio_sized() {
 }
 # No iSCSI session (to $IQN or any other: a discovery's included) and no
 # endpoint is left; otherwise says what is.
+# ipv6_addr: the IPv6 address on the RDMA device's netdev (no duplicate
+# address detection: a tentative address cannot be bound). Over rxe, the
+# device's GID table gains it (RoCE GIDs follow the netdev's addresses) and
+# ib_core reports a GID change, which must fail no connection: the IPv4
+# session's source address is still there (riser logs how many connections
+# an async event failed).
+ipv6_addr() {
+	local mark end g lines
+	kmsg_mark
+	mark=$MARK
+	ip -6 addr add "$IP6/64" dev "$NDEV" nodad || return 1
+	[ "$RDMA" = siw ] && return 0
+	end=$((SECONDS + 30))
+	until lines=$(kernel_after_mark "$mark" | grep -E "riser: device rxe0: GidChange\(1\)"); do
+		((SECONDS < end)) || { echo "no GID change reported by rxe0" >&2; return 1; }
+		nap 0.5
+	done
+	echo "$lines"
+	for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+		[ "$(<"$g")" = "$IPV6_GID" ] && break
+	done 2>/dev/null
+	[ "$(<"$g")" = "$IPV6_GID" ] || { echo "no GID $IPV6_GID on rxe0" >&2; return 1; }
+	! grep -vq ": 0 connection(s) failed" <<<"$lines"
+}
+# ipv6_session_shown: `iscsiadm -m session` lists an iser session to $IQN6
+# at its IPv6 portal, `-P 3` shows the connection's current portal
+# (the address riser's get_ep_param gives, which libiscsi prints in full)
+# and the attached disk, and sysfs has the address and port.
+ipv6_session_shown() {
+	local s out c
+	out=$(iscsiadm -m session) && echo "$out" || return 1
+	grep "^iser: " <<<"$out" | grep -F " $IQN6 " | grep -q "fd00:" || return 1
+	out=$(iscsiadm -m session -P 3) && echo "$out" || return 1
+	grep -qF "Current Portal: [$IPV6_GID]:$LIO_PORT,1" <<<"$out" &&
+		grep -qF "Persistent Portal: $P6:$LIO_PORT,1" <<<"$out" &&
+		grep -q "iface.transport_name: iser" <<<"$out" &&
+		grep -q "Attached scsi disk ${DEV6#/dev/}" <<<"$out" || return 1
+	s=$(iscsi_session "$IQN6") || return 1
+	for c in /sys/class/iscsi_session/"$s"/device/connection*/iscsi_connection/*; do
+		[ "$(<"$c/address")" = "$IPV6_GID" ] && [ "$(<"$c/port")" = "$LIO_PORT" ] && return 0
+	done
+	echo "no connection of $s at $IPV6_GID:$LIO_PORT" >&2
+	return 1
+}
 no_session_left() {
 	! iscsi_session "$IQN" &&
 		[ -z "$(ls /sys/class/iscsi_session 2>/dev/null)" ] &&
@@ -65,8 +116,8 @@ dmesg_live
 # other two pairings add run time on the KASAN kernel, not paths.
 FIO_BS=${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}
 _bs=($FIO_BS)
-# 22 checks, and two for each block size.
-plan $((22 + 2 * ${#_bs[@]}))
+# 22 checks, and two for each block size, and the IPv6 portal's 10.
+plan $((32 + 2 * ${#_bs[@]}))
 
 check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "riser's dependencies load" load_deps
@@ -88,6 +139,18 @@ for bs in $FIO_BS; do
 	check "fio randwrite bs=$bs QD32 verify crc32c" fio_sized randwrite "$bs" 32
 	check "fio write bs=$bs QD1 verify crc32c" fio_sized write "$bs" 1
 done
+check "IPv6 address $IP6 on $NDEV ($RDMA): no connection failed by it" conn_clean ipv6_addr
+check "LIO rd_mcp target with an iSER portal at $P6:$LIO_PORT ($RDMA)" \
+	lio_rd_target "$IQN6" "$IP6" 16 "$RDMA"
+check "discovery over iser at $P6:$LIO_PORT finds $IQN6" iscsi_discover_lists "$P6" "$IQN6"
+check "login over iser to $P6:$LIO_PORT" iscsi_login "$IQN6" "$P6" iser
+DEV6=$(iscsi_dev "$IQN6" 0 60 2>>"$RISER_OUT/guest.log") || DEV6=
+check "block device of the IPv6 session's LUN 0 appears ($DEV6)" test -b "$DEV6"
+check "iscsiadm -m session (-P 3) and sysfs show the IPv6 portal" ipv6_session_shown
+check "fio randwrite bs=4k QD32 verify crc32c over IPv6" fio_verify "$DEV6" randwrite 4k 32 1M
+check "fio write bs=512k QD1 verify crc32c over IPv6" fio_verify "$DEV6" write 512k 1 2M
+check "logout of the IPv6 session" iscsi_logout "$IQN6" "$P6"
+check "the IPv4 session is still logged in" iscsi_logged_in "$IQN"
 check "logout" iscsi_logout "$IQN" "$IP"
 iscsi_state >>"$RISER_OUT/guest.log" 2>&1
 check "no session or endpoint left" no_session_left

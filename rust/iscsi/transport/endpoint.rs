@@ -70,23 +70,63 @@ pub(in crate::iscsi) unsafe extern "C" fn get_ep_param_callback<T: TransportOps>
         return ENOTCONN.to_errno();
     };
     let mut ss = crate::sockaddr::storage(dst);
-    // SAFETY: `ss` is a valid IPv4 address; `buf` a page (contract).
+    // SAFETY: `ss` holds a valid IPv4 or IPv6 address, which
+    // `iscsi_conn_get_addr_param` prints by family; `buf` is a page
+    // (contract).
     unsafe { bindings::iscsi_conn_get_addr_param(&mut ss, param, buf) }
+}
+
+/// How many bytes of the netlink request follow `dst`, the address in an
+/// `ISCSI_UEVENT_TRANSPORT_EP_CONNECT(_THROUGH_HOST)` request.
+///
+/// scsi_transport_iscsi checks only that a `struct sockaddr` (16 bytes)
+/// follows the request's `iscsi_uevent`, and a `sockaddr_in6` is 28: the
+/// length the netlink header gives is what says whether the rest is there.
+///
+/// # Safety
+///
+/// `dst` must be what `iscsi_if_ep_connect` passes: the bytes right behind
+/// the `iscsi_uevent` at `nlmsg_data(nlh)` of a netlink request whose
+/// `nlh->nlmsg_len` the netlink core checked against the buffer.
+unsafe fn request_bytes_after(dst: *const u8) -> usize {
+    const HDRLEN: usize = {
+        let align = bindings::NLMSG_ALIGNTO as usize;
+        (size_of::<bindings::nlmsghdr>() + align - 1) & !(align - 1)
+    };
+    let before = HDRLEN + size_of::<bindings::iscsi_uevent>();
+    // SAFETY: `dst` is `size_of::<iscsi_uevent>()` bytes behind
+    // `nlmsg_data(nlh)`, itself `HDRLEN` bytes behind `nlh` (function
+    // contract), so the header is in the same buffer, `before` bytes back.
+    let nlh = unsafe { dst.sub(before) }.cast::<bindings::nlmsghdr>();
+    // SAFETY: `nlh` is the request's live netlink header (function
+    // contract); read unaligned, whatever the buffer's alignment.
+    let total = unsafe { core::ptr::read_unaligned(core::ptr::addr_of!((*nlh).nlmsg_len)) };
+    usize::try_from(total).unwrap_or(0).saturating_sub(before)
 }
 
 /// # Safety
 ///
-/// Called by scsi_transport_iscsi only; `dst` points to at least a `struct
-/// sockaddr` (which the transport class checks the netlink request holds).
+/// Called by scsi_transport_iscsi only (from `iscsi_if_ep_connect`): `dst`
+/// as [`request_bytes_after`] requires.
 pub(in crate::iscsi) unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
     _shost: *mut bindings::Scsi_Host,
     dst: *mut bindings::sockaddr,
     _non_blocking: c_int,
 ) -> *mut bindings::iscsi_endpoint {
-    // SAFETY: `dst` holds a `struct sockaddr` (function contract).
-    let Some(addr) = (unsafe { crate::sockaddr::from_raw(dst) }) else {
-        pr_err!("ep_connect: only IPv4 portals are supported\n");
-        return ERR_PTR(EAFNOSUPPORT);
+    let dst = dst.cast::<u8>().cast_const();
+    // SAFETY: `dst` is the address of an ep_connect request (function
+    // contract).
+    let len = unsafe { request_bytes_after(dst) };
+    // SAFETY: The request holds `len` bytes at `dst` (its netlink length).
+    let addr = match unsafe { crate::sockaddr::from_raw(dst, len) } {
+        Ok(a) => a,
+        Err(e) => {
+            pr_err!("ep_connect: {}\n", e);
+            return ERR_PTR(match e {
+                crate::sockaddr::AddrError::Family(_) => EAFNOSUPPORT,
+                crate::sockaddr::AddrError::Short { .. } => EINVAL,
+            });
+        }
     };
     // SAFETY: A callback of `T`.
     let Some(eps) = (unsafe { endpoints::<T>() }) else {
