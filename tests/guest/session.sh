@@ -91,7 +91,7 @@ ipv6_session_shown() {
 	out=$(iscsiadm -m session -P 3) && echo "$out" || return 1
 	grep -qF "Current Portal: [$IPV6_GID]:$LIO_PORT,1" <<<"$out" &&
 		grep -qF "Persistent Portal: $P6:$LIO_PORT,1" <<<"$out" &&
-		grep -q "iface.transport_name: iser" <<<"$out" &&
+		grep -q "Iface Transport: iser" <<<"$out" &&
 		grep -q "Attached scsi disk ${DEV6#/dev/}" <<<"$out" || return 1
 	s=$(iscsi_session "$IQN6") || return 1
 	for c in /sys/class/iscsi_session/"$s"/device/connection*/iscsi_connection/*; do
