@@ -24,56 +24,51 @@
 #define RISER_BHS_SN1(b)	get_unaligned_be32(&(b)[24])
 #define RISER_BHS_SN2(b)	get_unaligned_be32(&(b)[28])
 
+/*
+ * What both PDU events record: the same BHS fields, the two sequence
+ * numbers named by direction (an initiator's PDU carries CmdSN and
+ * ExpStatSN there, the target's StatSN and ExpCmdSN).
+ */
+#define RISER_PDU_FIELDS(sn1, sn2)		\
+	__field(const void *, conn)		\
+	__field(u8, opcode)			\
+	__field(u32, itt)			\
+	__field(u32, sn1)			\
+	__field(u32, sn2)			\
+	__field(u32, dlength)			\
+	__field(u32, rkey)
+
+#define RISER_PDU_ASSIGN(sn1, sn2)				\
+	__entry->conn = conn;					\
+	__entry->opcode = RISER_BHS_OPCODE(bhs);		\
+	__entry->itt = RISER_BHS_ITT(bhs);			\
+	__entry->sn1 = RISER_BHS_SN1(bhs);			\
+	__entry->sn2 = RISER_BHS_SN2(bhs);			\
+	__entry->dlength = RISER_BHS_DLENGTH(bhs);		\
+	__entry->rkey = rkey;
+
+#define RISER_PDU_PRINTK(sn1, sn2)						\
+	TP_printk("conn=%p opcode=0x%02x itt=0x%08x " #sn1 "=%u " #sn2 "=%u "	\
+		  "dlength=%u rkey=0x%08x", __entry->conn, __entry->opcode,	\
+		  __entry->itt, __entry->sn1, __entry->sn2, __entry->dlength,	\
+		  __entry->rkey)
+
+/* rkey: the STag the target was given with the PDU, 0 for none. */
 TRACE_EVENT(riser_pdu_send,
 	TP_PROTO(const void *conn, const u8 *bhs, u32 rkey),
 	TP_ARGS(conn, bhs, rkey),
-	TP_STRUCT__entry(
-		__field(const void *, conn)
-		__field(u8, opcode)
-		__field(u32, itt)
-		__field(u32, cmdsn)
-		__field(u32, expstatsn)
-		__field(u32, dlength)
-		__field(u32, rkey)
-	),
-	TP_fast_assign(
-		__entry->conn = conn;
-		__entry->opcode = RISER_BHS_OPCODE(bhs);
-		__entry->itt = RISER_BHS_ITT(bhs);
-		__entry->cmdsn = RISER_BHS_SN1(bhs);
-		__entry->expstatsn = RISER_BHS_SN2(bhs);
-		__entry->dlength = RISER_BHS_DLENGTH(bhs);
-		__entry->rkey = rkey;
-	),
-	TP_printk("conn=%p opcode=0x%02x itt=0x%08x cmdsn=%u expstatsn=%u dlength=%u rkey=0x%08x",
-		  __entry->conn, __entry->opcode, __entry->itt, __entry->cmdsn,
-		  __entry->expstatsn, __entry->dlength, __entry->rkey)
+	TP_STRUCT__entry(RISER_PDU_FIELDS(cmdsn, expstatsn)),
+	TP_fast_assign(RISER_PDU_ASSIGN(cmdsn, expstatsn)),
+	RISER_PDU_PRINTK(cmdsn, expstatsn)
 );
 
+/* rkey: the STag the target invalidated with the PDU, 0 for none. */
 TRACE_EVENT(riser_pdu_recv,
-	TP_PROTO(const void *conn, const u8 *bhs, u32 invalidated),
-	TP_ARGS(conn, bhs, invalidated),
-	TP_STRUCT__entry(
-		__field(const void *, conn)
-		__field(u8, opcode)
-		__field(u32, itt)
-		__field(u32, statsn)
-		__field(u32, expcmdsn)
-		__field(u32, dlength)
-		__field(u32, rkey)
-	),
-	TP_fast_assign(
-		__entry->conn = conn;
-		__entry->opcode = RISER_BHS_OPCODE(bhs);
-		__entry->itt = RISER_BHS_ITT(bhs);
-		__entry->statsn = RISER_BHS_SN1(bhs);
-		__entry->expcmdsn = RISER_BHS_SN2(bhs);
-		__entry->dlength = RISER_BHS_DLENGTH(bhs);
-		__entry->rkey = invalidated;
-	),
-	TP_printk("conn=%p opcode=0x%02x itt=0x%08x statsn=%u expcmdsn=%u dlength=%u rkey=0x%08x",
-		  __entry->conn, __entry->opcode, __entry->itt, __entry->statsn,
-		  __entry->expcmdsn, __entry->dlength, __entry->rkey)
+	TP_PROTO(const void *conn, const u8 *bhs, u32 rkey),
+	TP_ARGS(conn, bhs, rkey),
+	TP_STRUCT__entry(RISER_PDU_FIELDS(statsn, expcmdsn)),
+	TP_fast_assign(RISER_PDU_ASSIGN(statsn, expcmdsn)),
+	RISER_PDU_PRINTK(statsn, expcmdsn)
 );
 
 TRACE_EVENT(riser_wc_error,

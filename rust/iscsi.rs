@@ -379,8 +379,20 @@ mod tests {
             Ok(r)
         }
 
-        fn dst(&mut self) -> *mut bindings::sockaddr {
-            (&raw mut self.addr).cast()
+        /// `T`'s ep_connect for this request, as scsi_transport_iscsi
+        /// calls it (with no host): the new endpoint, or the error.
+        fn connect<T: TransportOps>(&mut self) -> Result<*mut bindings::iscsi_endpoint> {
+            // SAFETY: `self` is laid out as an ep_connect request whose
+            // netlink header counts the address (`new`); an unregistered
+            // `T` refuses it.
+            let ep = unsafe {
+                transport::endpoint::ep_connect_callback::<T>(
+                    core::ptr::null_mut(),
+                    (&raw mut self.addr).cast(),
+                    0,
+                )
+            };
+            kernel::error::from_err_ptr(ep)
         }
     }
 
@@ -443,17 +455,10 @@ mod tests {
             ),
             SIN_LEN,
         )?;
-        // SAFETY: `req` is laid out as an ep_connect request; the host is
-        // unused; the endpoint is dropped by its own transport.
-        unsafe {
-            let ep = transport::endpoint::ep_connect_callback::<TestTransport>(
-                core::ptr::null_mut(),
-                req.dst(),
-                0,
-            );
-            let ep = kernel::error::from_err_ptr(ep)?;
-            transport::endpoint::ep_disconnect_callback::<TestTransport>(ep);
-        }
+        let ep = req.connect::<TestTransport>()?;
+        // SAFETY: `ep` is a live endpoint of `TestTransport`, dropped by it
+        // and not used after.
+        unsafe { transport::endpoint::ep_disconnect_callback::<TestTransport>(ep) };
         // Another transport of the same name: scsi_transport_iscsi refuses
         // it.
         assert_eq!(
@@ -481,25 +486,9 @@ mod tests {
             ),
             SIN_LEN,
         )?;
-        // SAFETY: `req` is laid out as an ep_connect request; the host is
-        // unused.
-        let (my_ep, ep) = unsafe {
-            (
-                transport::endpoint::ep_connect_callback::<TestTransport>(
-                    core::ptr::null_mut(),
-                    req.dst(),
-                    0,
-                ),
-                transport::endpoint::ep_connect_callback::<OtherTransport>(
-                    core::ptr::null_mut(),
-                    req.dst(),
-                    0,
-                ),
-            )
-        };
         let (my_ep, ep) = (
-            kernel::error::from_err_ptr(my_ep)?,
-            kernel::error::from_err_ptr(ep)?,
+            req.connect::<TestTransport>()?,
+            req.connect::<OtherTransport>()?,
         );
         // scsi_transport_iscsi hands any transport any endpoint handle
         // iscsid sends: the wrong transport finds no object of its own.
@@ -557,33 +546,9 @@ mod tests {
         unix.addr.__bindgen_anon_1.__bindgen_anon_1.ss_family =
             bindings::AF_UNIX as bindings::__kernel_sa_family_t;
         let mut whole = Request::new(v6, size_of::<bindings::sockaddr_in6>())?;
-        // SAFETY: Each request is laid out as an ep_connect request; the
-        // host is unused.
-        let (short_ep, unix_ep, ep) = unsafe {
-            (
-                transport::endpoint::ep_connect_callback::<TestTransport>(
-                    core::ptr::null_mut(),
-                    short.dst(),
-                    0,
-                ),
-                transport::endpoint::ep_connect_callback::<TestTransport>(
-                    core::ptr::null_mut(),
-                    unix.dst(),
-                    0,
-                ),
-                transport::endpoint::ep_connect_callback::<TestTransport>(
-                    core::ptr::null_mut(),
-                    whole.dst(),
-                    0,
-                ),
-            )
-        };
-        assert_eq!(kernel::error::from_err_ptr(short_ep).err(), Some(EINVAL));
-        assert_eq!(
-            kernel::error::from_err_ptr(unix_ep).err(),
-            Some(EAFNOSUPPORT)
-        );
-        let ep = kernel::error::from_err_ptr(ep)?;
+        assert_eq!(short.connect::<TestTransport>().err(), Some(EINVAL));
+        assert_eq!(unix.connect::<TestTransport>().err(), Some(EAFNOSUPPORT));
+        let ep = whole.connect::<TestTransport>()?;
         // The portal, as `iscsiadm -m session -P 3` reads it.
         let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
         // SAFETY: `ep` is live and `TestTransport`'s; `page` is a page
