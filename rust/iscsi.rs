@@ -379,6 +379,13 @@ mod tests {
             Ok(r)
         }
 
+        /// A request for 192.0.2.9:3260 (TEST-NET-1), as iscsid sends an
+        /// IPv4 portal (a whole `sockaddr_in`).
+        fn ipv4() -> Result<KBox<Self>> {
+            let ip = core::net::Ipv4Addr::new(192, 0, 2, 9);
+            Self::new(SocketAddr::new(core::net::IpAddr::V4(ip), 3260), SIN_LEN)
+        }
+
         /// `T`'s ep_connect for this request, as scsi_transport_iscsi
         /// calls it (with no host): the new endpoint, or the error.
         fn connect<T: TransportOps>(&mut self) -> Result<*mut bindings::iscsi_endpoint> {
@@ -398,6 +405,34 @@ mod tests {
 
     /// A whole `sockaddr_in`'s length, as iscsid sends it for IPv4.
     const SIN_LEN: usize = size_of::<bindings::sockaddr_in>();
+
+    /// Registers test transport `T`.
+    fn register<T: TransportOps>() -> Result<Pin<KBox<Transport<T>>>> {
+        KBox::pin_init(Transport::<T>::new(test_template()), GFP_KERNEL)
+    }
+
+    /// `T`'s `get_ep_param` of the connection address of `ep`, as sysfs
+    /// asks it: its return value and the page it wrote.
+    ///
+    /// # Safety
+    ///
+    /// `ep` must be a live endpoint; `T` registered.
+    unsafe fn conn_address<T: TransportOps>(
+        ep: *mut bindings::iscsi_endpoint,
+    ) -> Result<(c_int, KVec<u8>)> {
+        // A 4096-byte kmalloc is page-aligned, as sysfs_emit requires.
+        let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
+        // SAFETY: `ep` is live and `T` registered (function contract);
+        // `page` is a page.
+        let n = unsafe {
+            transport::endpoint::get_ep_param_callback::<T>(
+                ep,
+                bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
+                page.as_mut_ptr().cast(),
+            )
+        };
+        Ok((n, page))
+    }
 
     /// A transport that takes the name of the first.
     struct SameName;
@@ -440,52 +475,31 @@ mod tests {
 
     #[test]
     fn a_transport_name_registers_once() -> Result {
-        let first = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
+        let first = register::<TestTransport>()?;
         assert_eq!(first.host_template().proc_name(), c"riser_kunit");
         // A second registration of the same transport is refused, and
         // leaves the first one working.
-        assert_eq!(
-            KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL).err(),
-            Some(EEXIST)
-        );
-        let mut req = Request::new(
-            SocketAddr::new(
-                core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 9)),
-                3260,
-            ),
-            SIN_LEN,
-        )?;
+        assert_eq!(register::<TestTransport>().err(), Some(EEXIST));
+        let mut req = Request::ipv4()?;
         let ep = req.connect::<TestTransport>()?;
         // SAFETY: `ep` is a live endpoint of `TestTransport`, dropped by it
         // and not used after.
         unsafe { transport::endpoint::ep_disconnect_callback::<TestTransport>(ep) };
         // Another transport of the same name: scsi_transport_iscsi refuses
         // it.
-        assert_eq!(
-            KBox::pin_init(Transport::<SameName>::new(test_template()), GFP_KERNEL).err(),
-            Some(EEXIST)
-        );
+        assert_eq!(register::<SameName>().err(), Some(EEXIST));
         // Unregistering frees the name.
         drop(first);
-        let again = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
+        let again = register::<TestTransport>()?;
         drop(again);
         Ok(())
     }
 
     #[test]
     fn an_endpoint_of_another_transport_is_refused() -> Result {
-        let mine = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
-        let other = KBox::pin_init(
-            Transport::<OtherTransport>::new(test_template()),
-            GFP_KERNEL,
-        )?;
-        let mut req = Request::new(
-            SocketAddr::new(
-                core::net::IpAddr::V4(core::net::Ipv4Addr::new(192, 0, 2, 9)),
-                3260,
-            ),
-            SIN_LEN,
-        )?;
+        let mine = register::<TestTransport>()?;
+        let other = register::<OtherTransport>()?;
+        let mut req = Request::ipv4()?;
         let (my_ep, ep) = (
             req.connect::<TestTransport>()?,
             req.connect::<OtherTransport>()?,
@@ -500,15 +514,8 @@ mod tests {
             )
         };
         assert_eq!((poll_mine, poll_other), (-1, 1));
-        let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
-        // SAFETY: As above; `page` is a page.
-        let addr = unsafe {
-            transport::endpoint::get_ep_param_callback::<TestTransport>(
-                ep,
-                bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
-                page.as_mut_ptr().cast(),
-            )
-        };
+        // SAFETY: As above.
+        let (addr, _) = unsafe { conn_address::<TestTransport>(ep) }?;
         assert_eq!(addr, ENOTCONN.to_errno());
         // The wrong transport leaves the endpoint alone; its own frees it.
         // SAFETY: As above; `ep` is not used after the second call.
@@ -532,7 +539,7 @@ mod tests {
 
     #[test]
     fn an_ipv6_portal_is_read_whole_and_shown() -> Result {
-        let mine = KBox::pin_init(Transport::<TestTransport>::new(test_template()), GFP_KERNEL)?;
+        let mine = register::<TestTransport>()?;
         let v6 = SocketAddr::new(
             core::net::IpAddr::V6(core::net::Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1)),
             3260,
@@ -550,16 +557,8 @@ mod tests {
         assert_eq!(unix.connect::<TestTransport>().err(), Some(EAFNOSUPPORT));
         let ep = whole.connect::<TestTransport>()?;
         // The portal, as `iscsiadm -m session -P 3` reads it.
-        let mut page = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
-        // SAFETY: `ep` is live and `TestTransport`'s; `page` is a page
-        // (a 4096-byte kmalloc is page-aligned).
-        let n = unsafe {
-            transport::endpoint::get_ep_param_callback::<TestTransport>(
-                ep,
-                bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS,
-                page.as_mut_ptr().cast(),
-            )
-        };
+        // SAFETY: `ep` is live and `TestTransport`'s, which is registered.
+        let (n, page) = unsafe { conn_address::<TestTransport>(ep) }?;
         let shown = b"fd00:0077:0000:0000:0000:0000:0000:0001\n";
         assert_eq!(usize::try_from(n).ok(), Some(shown.len()));
         assert_eq!(&page[..shown.len()], &shown[..]);
