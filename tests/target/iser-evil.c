@@ -1767,6 +1767,32 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 	}
 }
 
+/*
+ * A connection about to be freed: report what became of a late access.
+ * Its completion may already be in the CQ when the disconnect is seen
+ * (the initiator's QP refused the access and the initiator then closed
+ * the connection): without this, the access was tried but never reported
+ * (seen 2026-11-25 in late-abort: rxe logged the refusal, status 10, 70
+ * ms before the disconnect). Only late completions are handled: the rest
+ * belongs to a connection that is gone.
+ */
+static void late_drain(struct conn *c)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			if ((uint32_t)(wc[i].wr_id >> 32) == WR_LATE)
+				late_done(c, &wc[i], (uint32_t)wc[i].wr_id);
+	if (c->late.on) {
+		c->late.on = false;
+		printf("evil: late %s not tried: the connection closed first\n",
+		       c->late.write ? "write" : "read");
+		fflush(stdout);
+	}
+}
+
 static void handle_wc(struct conn *c, struct ibv_wc *wc)
 {
 	uint32_t kind = wc->wr_id >> 32, idx = (uint32_t)wc->wr_id;
@@ -2091,6 +2117,7 @@ int main(int argc, char **argv)
 		}
 		cm_poll();
 		if (cur && cur->dead) {
+			late_drain(cur);
 			conn_free(cur);
 			cur = NULL;
 		}
