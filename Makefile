@@ -18,8 +18,10 @@
 #   make evil       the hostile iSER target (tests/target/iser-evil.c)
 #   make inject     the test build of riser.ko with fault injection
 #                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
-#   make linkdown   how fast riser and ib_iser notice a dead link (rxe's
-#                   netdev down under fio), in one guest
+#   make linkdown   how fast riser and ib_iser notice a lost link (the
+#                   carrier under rxe's netdev lost under fio), in one guest
+#   make failover   how long I/O stops when one of two dm-multipath paths
+#                   dies, riser against ib_iser, in one guest
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make clean
@@ -34,7 +36,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -44,7 +46,7 @@ SHELL := /bin/bash
 # command's Data-Outs go out on the other).
 GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/features.sh tests/guest/matrix.sh \
 	tests/guest/faults.sh tests/guest/session-siw.sh tests/guest/inject.sh \
-	tests/guest/check.sh tests/guest/hostile.sh:2 tests/guest/session.sh:2
+	tests/guest/mpath.sh tests/guest/check.sh tests/guest/hostile.sh:2 tests/guest/session.sh:2
 
 # The hostile iSER target (userspace verbs), run inside the guest.
 EVIL = out/iser-evil
@@ -139,6 +141,11 @@ demo:
 # one guest on the debug kernel, RISER_LINKDOWN_ROUNDS rounds each.
 linkdown: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/linkdown.sh
+
+# dm-multipath failover, riser against ib_iser (Documentation/testing.md):
+# one guest on the debug kernel, RISER_MPATH_ROUNDS rounds each.
+failover: modules
+	RISER_EXPECT_KUNIT=0 RISER_MPATH_COMPARE=1 tests/run-guest --kdir $(KDIR) tests/guest/mpath.sh
 
 reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh

@@ -4,6 +4,7 @@
 #
 # Target (LIO, kernel):
 #   lio_rd_target IQN IP [SIZE_MB] [SIW]       rd_mcp ramdisk, one LUN, iSER portal
+#                                              (LIO_UNIT_SERIAL: its unit serial)
 #   lio_nullblk_target IQN IP [SIZE_MB] [SIW]  memory-backed null_blk via iblock
 #   lio_set_param IQN NAME VALUE               TPG iSCSI parameter (ImmediateData...)
 #   lio_set_attrib IQN NAME VALUE              TPG attribute (authentication...)
@@ -155,6 +156,10 @@ _lio_iscsi_target() {
 }
 
 # lio_rd_target IQN IP [SIZE_MB] [SIW]: a target with an rd_mcp ramdisk LUN.
+# With LIO_UNIT_SERIAL set, the LUN gets that unit serial number, and with
+# it VPD pages 0x80 and 0x83 (the WWID multipath-tools groups paths by), as
+# targetcli gives every backstore; LIO takes it only before the LUN is
+# exported.
 lio_rd_target() {
 	local iqn=${1:?IQN} ip=${2:?IP} mb=${3:-128} siw=${4:-}
 	local bs
@@ -162,6 +167,7 @@ lio_rd_target() {
 	bs=$LIO/core/rd_mcp_0/$(_lio_bs_name "$iqn")
 	mkdir -p "$bs" &&
 		echo "rd_pages=$((mb * 256))" >"$bs/control" &&
+		{ [ -z "${LIO_UNIT_SERIAL:-}" ] || echo "$LIO_UNIT_SERIAL" >"$bs/wwn/vpd_unit_serial"; } &&
 		echo 1 >"$bs/enable" ||
 		_tgt_err "cannot create the rd_mcp backstore $bs ($mb MiB)" || return 1
 	_lio_iscsi_target "$iqn" "$ip" "$bs" "$siw"
