@@ -420,14 +420,33 @@ impl Conn {
     }
 
     /// Fails the connection: libiscsi starts recovery through iscsid.
+    ///
+    /// A session that was logged in is also blocked here, as the offload
+    /// transports do when they lose a connection (qla4xxx, be2iscsi): its
+    /// SCSI devices stop taking commands and the replacement timer starts
+    /// now. Left to libiscsi, the block comes only once scsi_transport_iscsi's
+    /// cleanup has run the transport's `ep_disconnect`, so the time a
+    /// transport takes to tear the connection down would add to every
+    /// failover. Blocking twice is harmless: a queued block or a pending
+    /// recovery timer is not queued again.
     pub(crate) fn failure(&self) {
+        let conn = self.ptr.as_ptr();
+        // SAFETY: The connection is live (type invariant), and so is its
+        // session. `state` is written under the session's `frwd_lock`,
+        // which is not held here: a volatile read of an aligned `int` sees
+        // one value or the other, and either is handled below.
+        let logged_in = unsafe { (&raw const (*(*conn).session).state).read_volatile() }
+            == bindings::ISCSI_STATE_LOGGED_IN as c_int;
         // SAFETY: The connection is live (type invariant).
-        unsafe {
-            bindings::iscsi_conn_failure(
-                self.ptr.as_ptr(),
-                bindings::iscsi_err_ISCSI_ERR_CONN_FAILED,
-            )
-        };
+        unsafe { bindings::iscsi_conn_failure(conn, bindings::iscsi_err_ISCSI_ERR_CONN_FAILED) };
+        if logged_in {
+            // SAFETY: The connection is live and bound (type invariant), so
+            // its session and that session's class session are too: a
+            // session is destroyed only after its connections are unbound.
+            // `iscsi_block_session` only queues the session's block work,
+            // which is allowed from any context.
+            unsafe { bindings::iscsi_block_session((*(*conn).session).cls_session) };
+        }
     }
 }
 

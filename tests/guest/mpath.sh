@@ -12,9 +12,12 @@
 # records every completion:
 #  - path 2 dies: its portal group is disabled, so LIO drops the connection
 #    and refuses logins on it;
-#  - I/O goes on through path 1: the commands stuck on path 2 fail over once
-#    open-iscsi's replacement_timeout (5 s here) fails them, and the probe's
-#    longest stall is printed (the time from path death to I/O resuming);
+#  - I/O goes on through path 1 (the probe's longest stall must be shorter
+#    than the outage): new I/O goes there at once, and the commands caught
+#    on path 2 fail over once open-iscsi's replacement_timeout (5 s here)
+#    fails them and dm-multipath fails the path. Both times are printed:
+#    the probe's longest stall (long only when its read was on path 2),
+#    and the time from the path's death to dm-multipath's "Failing path";
 #  - the path comes back: the portal group is enabled, iscsid logs in
 #    again, and multipathd's path checker reinstates the path;
 #  - fio verifies every block, with no error.
@@ -210,7 +213,7 @@ multipathd_stop() {
 # failover WHO N: fio verify and the read probe through the map; path 2's
 # portal group disabled for OUTAGE seconds. Prints the stall line.
 failover() {
-	local who=$1 n=$2 dev=/dev/mapper/$MAP vpid ppid rc=0 lat stall
+	local who=$1 n=$2 dev=/dev/mapper/$MAP vpid ppid rc=0 lat stall failed
 	lat=$RISER_OUT/probe-$who-$n
 	rm -f "$lat"_clat.*.log
 	# Writes for as long as the probe reads, each batch of 64 read back
@@ -237,7 +240,13 @@ failover() {
 	# other (time column in ms since the probe's start).
 	stall=$(awk -F', *' 'NR > 1 && $1 - p > m { m = $1 - p } { p = $1 } END { printf "%.2f", m / 1000 }' \
 		"$lat"_clat.*.log 2>/dev/null)
-	echo "mpath $who $n ${stall:-none}" | tee -a "$RISER_OUT/mpath.txt"
+	# From the death to dm-multipath failing the path: the commands caught
+	# on it fail over then (kernel log timestamps; printed, not asserted).
+	failed=$(dmesg | awk -v m="riser-harness: mark $MARK" '
+		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
+		!start && index($0, m) { start = t($0); next }
+		start && /multipath: .*: Failing path/ { printf "%.2f", t($0) - start; exit }')
+	echo "mpath $who $n ${stall:-none} ${failed:-none}" | tee -a "$RISER_OUT/mpath.txt"
 	[ -n "$stall" ] || rc=1
 	# Failover, not waiting for the path: I/O resumed while path 2 was dead.
 	awk -v s="$stall" -v o="$OUTAGE" 'BEGIN { exit !(s > 0 && s < o) }' ||
@@ -288,12 +297,14 @@ check "LIO torn down" lio_teardown
 check "rxe0 and rxe1 removed" eval 'rdma link delete rxe0 && rdma link delete rxe1'
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "none" }'; }
 {
-	echo "| initiator | path death to I/O resuming, median of $ROUNDS (s) | rounds (s) |"
-	echo "|---|---|---|"
+	echo "| initiator | probe's longest stall, median of $ROUNDS (s) | rounds (s) | path death to \`Failing path\`, median (s) | rounds (s) |"
+	echo "|---|---|---|---|---|"
 	for who in "${INITS[@]}"; do
-		printf '| %s | %s | %s |\n' "$who" \
+		printf '| %s | %s | %s | %s | %s |\n' "$who" \
 			"$(awk -v w="$who" '$2 == w { print $4 }' "$RISER_OUT/mpath.txt" | median)" \
-			"$(awk -v w="$who" '$2 == w { printf "%s ", $4 }' "$RISER_OUT/mpath.txt")"
+			"$(awk -v w="$who" '$2 == w { printf "%s ", $4 }' "$RISER_OUT/mpath.txt")" \
+			"$(awk -v w="$who" '$2 == w { print $5 }' "$RISER_OUT/mpath.txt" | median)" \
+			"$(awk -v w="$who" '$2 == w { printf "%s ", $5 }' "$RISER_OUT/mpath.txt")"
 	done
 } | tee "$RISER_OUT/mpath-table.md"
 save_dmesg
