@@ -87,11 +87,9 @@ port_event_handled() {
 	kernel_after_mark "$LINK_MARK" | grep -E "riser: device rxe0: PortError\(1\): [1-9][0-9]* connection"
 }
 link_down_to_error() {
-	dmesg | awk -v m="riser-harness: mark $LINK_MARK" '
-		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
-		!start && index($0, m) { start = t($0); next }
-		start && /detected conn error/ { printf "carrier lost to conn error: %.3f s\n", t($0) - start; found = 1; exit }
-		END { exit !found }'
+	local s
+	s=$(secs_after_mark "$LINK_MARK" "detected conn error") &&
+		echo "carrier lost to conn error: $s s"
 }
 
 verified_through_outage() {

@@ -200,6 +200,17 @@ kernel_after_mark() {
 		END { exit found ? 0 : 2 }'
 }
 
+# secs_after_mark MARK ERE: the seconds, by the kernel log's timestamps,
+# from the kmsg_mark MARK to the first later kernel line matching ERE
+# (printed to the millisecond); fails when no such line came.
+secs_after_mark() {
+	dmesg | awk -v m="riser-harness: mark $1" -v re="$2" '
+		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
+		!start && index($0, m) && substr($0, index($0, m) + length(m)) == "" { start = t($0); next }
+		start && $0 ~ re { printf "%.3f\n", t($0) - start; found = 1; exit }
+		END { exit !found }'
+}
+
 # What a connection failure leaves in the kernel log: riser's own line
 # ("riser: connection to A.B.C.D:P failed: why"), libiscsi's ("detected
 # conn error"), and a control PDU riser refused to send.

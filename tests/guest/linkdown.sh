@@ -62,10 +62,7 @@ round() {
 	ip link set dummy0 carrier on
 	wait "$pid" || rc=1
 	_wait_for 120 session_up || rc=1
-	secs=$(dmesg | awk -v m="riser-harness: mark $mark" '
-		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
-		!start && index($0, m) { start = t($0); next }
-		start && /detected conn error/ { printf "%.3f", t($0) - start; exit }')
+	secs=$(secs_after_mark "$mark" "detected conn error")
 	echo "linkdown $who $n ${secs:-none}" | tee -a "$RISER_OUT/linkdown.txt"
 	[ $rc = 0 ] && { [ -n "$secs" ] || [ "$who" != riser ]; }
 }

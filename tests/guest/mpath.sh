@@ -84,27 +84,10 @@ tpg2_on() { echo 1 >"$TPG2/enable"; }
 
 # --- sessions and disks per portal ----------------------------------------
 
-# session_of IP: the sysfs name (sessionN) of the session to IQN through IP.
-session_of() {
-	local s n a
-	for s in /sys/class/iscsi_session/session*; do
-		n=${s##*session}
-		{ read -r a <"/sys/class/iscsi_connection/connection$n:0/persistent_address"; } 2>/dev/null ||
-			continue
-		[ "$a" = "$1" ] && [ "$(cat "$s/targetname" 2>/dev/null)" = "$IQN" ] &&
-			{ echo "${s##*/}"; return 0; }
-	done
-	return 1
-}
-logged_in_at() {
-	local s st
-	s=$(session_of "$1") || return 1
-	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
-}
 # disk_of IP: /dev/sdX of LUN 0 through IP.
 disk_of() {
 	local s b
-	s=$(session_of "$1") || return 1
+	s=$(iscsi_session "$IQN" "$1") || return 1
 	for b in /sys/class/iscsi_session/"$s"/device/target*/*:*:*:0/block/*; do
 		[ -b "/dev/${b##*/}" ] && { echo "/dev/${b##*/}"; return 0; }
 	done
@@ -242,10 +225,7 @@ failover() {
 		"$lat"_clat.*.log 2>/dev/null)
 	# From the death to dm-multipath failing the path: the commands caught
 	# on it fail over then (kernel log timestamps; printed, not asserted).
-	failed=$(dmesg | awk -v m="riser-harness: mark $MARK" '
-		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
-		!start && index($0, m) { start = t($0); next }
-		start && /multipath: .*: Failing path/ { printf "%.2f", t($0) - start; exit }')
+	failed=$(secs_after_mark "$MARK" "multipath: .*: Failing path")
 	echo "mpath $who $n ${stall:-none} ${failed:-none}" | tee -a "$RISER_OUT/mpath.txt"
 	[ -n "$stall" ] || rc=1
 	# Failover, not waiting for the path: I/O resumed while path 2 was dead.
@@ -282,7 +262,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		check "$who round $r: path 2 dies for ${OUTAGE} s under fio: I/O goes on, data verified" \
 			failover "$who" "$r"
 		check "  path 2's connection was dropped" path2_dropped
-		check "  path 2's session is logged in again" _wait_for 120 logged_in_at "$IP2"
+		check "  path 2's session is logged in again" _wait_for 120 iscsi_logged_in "$IQN" "$IP2"
 		check "  multipathd reinstated path 2" _wait_for 60 paths_active 2
 		check "  I/O through both paths again, data verified" \
 			fio_verify "/dev/mapper/$MAP" randrw 4k 8 4M

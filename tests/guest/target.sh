@@ -23,7 +23,7 @@
 #   iscsi_session_is_iser IP IQN               iscsiadm shows an iser session to IQN
 #   iscsi_host_of IQN                          prints the session's .../scsi_host/hostN
 #   iscsi_host_is_iscsi_iser IQN               the session's SCSI host is iscsi_iser
-#   iscsi_session IQN                          prints sessionN of the logged-in session
+#   iscsi_session IQN [IP]                     prints sessionN of the session (through IP)
 #   iscsi_dev IQN [LUN] [TIMEOUT]              prints /dev/sdX, waiting for it
 # RDMA:
 #   setup_siw [IP]                             soft-iWARP siw0 on dummy1
@@ -649,24 +649,29 @@ iscsi_host_is_iscsi_iser() {
 	[ "$(cat "$h/proc_name")" = iscsi_iser ]
 }
 
-# iscsi_session IQN: prints the sysfs name (sessionN) of a session to IQN.
+# iscsi_session IQN [IP]: prints the sysfs name (sessionN) of a session to
+# IQN; with IP, of the one whose connection goes to the portal at IP (one
+# session per portal, as with dm-multipath).
 iscsi_session() {
-	local s name
+	local s name a
 	for s in /sys/class/iscsi_session/session*; do
 		{ read -r name <"$s/targetname"; } 2>/dev/null || continue
-		if [ "$name" = "${1:?IQN}" ]; then
-			echo "${s##*/}"
-			return 0
+		[ "$name" = "${1:?IQN}" ] || continue
+		if [ -n "${2:-}" ]; then
+			{ read -r a <"/sys/class/iscsi_connection/connection${s##*session}:0/persistent_address"; } 2>/dev/null &&
+				[ "$a" = "$2" ] || continue
 		fi
+		echo "${s##*/}"
+		return 0
 	done
 	return 1
 }
 
-# iscsi_logged_in IQN: the session to IQN exists and is LOGGED_IN (builtin
-# reads: it is polled).
+# iscsi_logged_in IQN [IP]: the session to IQN (through the portal at IP)
+# exists and is LOGGED_IN (builtin reads: it is polled).
 iscsi_logged_in() {
 	local s st
-	s=$(iscsi_session "${1:?IQN}") || return 1
+	s=$(iscsi_session "${1:?IQN}" "${2:-}") || return 1
 	{ read -r st <"/sys/class/iscsi_session/$s/state"; } 2>/dev/null && [ "$st" = LOGGED_IN ]
 }
 
