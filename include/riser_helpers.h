@@ -55,6 +55,8 @@ struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task);
 struct module;
 bool riser_try_module_get(struct module *module);
+/* An unbound, reclaim-safe workqueue named name (alloc_workqueue is a macro). */
+struct workqueue_struct *riser_alloc_workqueue(const char *name);
 void riser_kunit_skip(const char *reason);
 
 /* Module parameters (rust/params.c); riser_param_check() is Rust. */

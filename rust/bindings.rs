@@ -7,7 +7,7 @@
 //! from `include/riser_bindings.h`. It holds only what `kernel::bindings` does
 //! not already define; everything else is re-exported from there, so a kernel
 //! type has exactly one Rust definition. Only the abstraction modules
-//! (`rdma`, `scsi`, `iscsi`, `kunit`) use this module.
+//! (`rdma`, `scsi`, `iscsi`, `kunit`, `wq`) use this module.
 
 #![allow(
     dead_code,

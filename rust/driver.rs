@@ -45,6 +45,7 @@ use crate::{
     },
     registry::registry,
     scsi::{HostLimits, HostTemplate},
+    wq::{ModQueue, QueueReg},
 };
 use conn::IserConn;
 use core::net::SocketAddr;
@@ -53,15 +54,19 @@ use kernel::{alloc::KVec, prelude::*, sync::Arc};
 use memory::{HeldRsp, Track};
 use res::{RxBufs, RxCopy};
 
-/// The module: the registered transport, the RDMA client and the SCSI host
-/// template, torn down in that order.
+/// The module: the registered transport, the queue that frees torn-down
+/// connections, the RDMA client and the SCSI host template, torn down in
+/// that order.
 #[pin_data]
 pub(crate) struct Riser {
     // Fields drop in declaration order: the transport (with its host
     // template) goes first, so no session can be made once the RDMA client
-    // is being released.
+    // is being released; then the release queue, whose drop runs every
+    // release still queued while the client (and so each device's context)
+    // is still there.
     #[pin]
     transport: Transport<Iser>,
+    releases: QueueReg,
     #[pin]
     client: Client<Iser>,
     params: Params,
@@ -69,6 +74,10 @@ pub(crate) struct Riser {
 
 /// The `iser` transport.
 pub(crate) struct Iser;
+
+/// Where torn-down connections free their resources (see
+/// `IserConn::shut`): made at module load, drained at unload.
+static RELEASES: ModQueue = ModQueue::new();
 
 /// Time allowed for address and route resolution, as ib_iser.
 const RESOLVE_TIMEOUT_MS: u32 = 1000;
@@ -207,7 +216,7 @@ impl TransportOps for Iser {
     }
 
     fn ep_disconnect(ep: Arc<IserConn>) {
-        ep.terminate();
+        ep.shut();
     }
 
     fn ep_dst(ep: &IserConn) -> Option<SocketAddr> {
@@ -247,7 +256,7 @@ impl TransportOps for Iser {
     }
 
     fn stop(ep: &Arc<IserConn>) {
-        ep.terminate();
+        ep.shut();
     }
 
     fn send_pdu_hook(
@@ -443,6 +452,7 @@ impl kernel::InPlaceModule for Riser {
         }
         try_pin_init!(Self {
             params: crate::params::current()?,
+            releases: RELEASES.register(c"riser_release")?,
             client <- Client::new(),
             transport <- Transport::new(
                                 HostTemplate::new_iscsi(

@@ -5,6 +5,7 @@
  */
 #include <kunit/test.h>
 #include <kunit/test-bug.h>
+#include <linux/workqueue.h>
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
@@ -137,4 +138,9 @@ void riser_kunit_skip(const char *reason)
 	if (test)
 		kunit_mark_skipped(test, "%s", reason);
 #endif
+}
+
+struct workqueue_struct *riser_alloc_workqueue(const char *name)
+{
+	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
 }

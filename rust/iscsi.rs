@@ -181,7 +181,8 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// iscsid drops the endpoint: tear the connection down without waiting
-    /// on the network.
+    /// on the network. The driver may free its resources after returning
+    /// (see [`TransportOps::stop`] for the references it holds).
     fn ep_disconnect(_ep: Arc<Self::Ep>) {}
 
     /// The peer address of the endpoint.
@@ -206,9 +207,12 @@ pub(crate) trait TransportOps: 'static + Sized {
     }
 
     /// The connection stops: called before libiscsi fails its tasks; after
-    /// it returns no completion may reach libiscsi, and the driver must hold
-    /// no [`TaskRef`] any more (the layer leaks a connection torn down
-    /// under one).
+    /// it returns no completion may reach libiscsi. [`TaskRef`]s the driver
+    /// still holds keep their commands from completing until it drops them
+    /// (when the target can no longer reach their memory); the layer waits
+    /// for them before it frees the connection or its session, for up to
+    /// 30 s, and leaks the connection or session after that rather than
+    /// free it under them.
     fn stop(_ep: &Arc<Self::Ep>) {}
 
     /// iscsid sends a PDU it built (login, text, logout, NOP): `hdr` is its
@@ -255,7 +259,10 @@ pub(crate) trait TransportOps: 'static + Sized {
 
     /// libiscsi frees `task` (atomic context, under the session's
     /// `back_lock`): every reference is gone; the layer unmaps its data
-    /// right after and libiscsi then completes its SCSI command.
+    /// right after and libiscsi then completes its SCSI command. `ep` is
+    /// the endpoint bound now, if any: when the last reference was one the
+    /// driver dropped after the connection stopped, that is none, or the
+    /// endpoint of a later connection, not the one the task went out on.
     fn cleanup_task(_ep: Option<&Self::Ep>, _task: &Task<'_, Self>) {}
 }
 

@@ -10,7 +10,8 @@
 //! the C ib_iser, which it replaces.
 //!
 //! Layers: [`proto`] is the pure protocol code (no `unsafe`); [`rdma`],
-//! [`scsi`] and [`iscsi`] are the safe abstractions that hold all `unsafe`;
+//! [`scsi`] and [`iscsi`] (with [`wq`], the module's own workqueue) are the
+//! safe abstractions that hold all `unsafe`;
 //! [`driver`] uses only those.
 
 mod bindings;
@@ -26,6 +27,7 @@ mod scsi;
 mod sg;
 mod sockaddr;
 mod trace;
+mod wq;
 
 use kernel::prelude::*;
 

@@ -8,7 +8,7 @@ use super::{
     device::DevUse,
     res::{Bufs, Res, CTRL_TX},
     stats::Counters,
-    Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RESOLVE_TIMEOUT_MS,
+    Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RELEASES, RESOLVE_TIMEOUT_MS,
 };
 use crate::{
     iscsi::ConnSlot,
@@ -136,6 +136,8 @@ pub(crate) struct IserConn {
     pub(super) rx_octets: AtomicU64,
     /// The failure was logged (once), by whichever path failed first.
     pub(super) failed: AtomicBool,
+    /// The release of the resources was handed to the release queue (once).
+    release_queued: AtomicBool,
     /// The clock of the async-message limit.
     pub(super) born: Instant<Monotonic>,
     /// Start (milliseconds after `born`) of the current one-second window
@@ -172,6 +174,7 @@ impl IserConn {
                 tx_octets: AtomicU64::new(0),
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
+                release_queued: AtomicBool::new(false),
                 born: Instant::now(),
                 async_window: AtomicI64::new(0),
                 async_count: AtomicU32::new(0),
@@ -220,8 +223,33 @@ impl IserConn {
         }
     }
 
-    /// Tears the connection down: no waiting on the network, idempotent.
-    pub(super) fn terminate(&self) {
+    /// Tears the connection down and has its resources freed, without
+    /// waiting for the frees: idempotent. The caller is iscsid (stop,
+    /// disconnect) or the iSCSI class's cleanup work, which blocks the
+    /// session and starts its replacement timer only after the disconnect;
+    /// and for a connection of hundreds of commands the frees take a
+    /// second or two on a debug kernel (three quarters of it DMA buffers,
+    /// the rest MRs and the QP). They run on riser's release queue, in
+    /// `release`'s order: the QP drained and destroyed, then the MRs
+    /// deregistered, and only then the task references dropped, so no
+    /// command completes while the target can still reach its memory.
+    /// The layer waits for those references before it frees a connection
+    /// or session. Without the queue (module unload) the frees run here.
+    pub(super) fn shut(self: &Arc<Self>) {
+        self.terminate();
+        if self.release_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let c = self.clone();
+        if let Err(release) = RELEASES.spawn(move || c.release(true)) {
+            release();
+        }
+    }
+
+    /// Stops the connection: the fast paths refuse new work from here. No
+    /// waiting on the network (but a bounded grace after a logout), and
+    /// nothing freed; idempotent.
+    fn terminate(&self) {
         {
             // After a logout, let the target close first: disconnecting at
             // once can flush the target's Logout Response send, which LIO
@@ -278,7 +306,6 @@ impl IserConn {
                 n
             );
         }
-        self.release(true);
     }
 
     /// Frees the RDMA resources: the QP (drained first), CQ, MRs, buffers,

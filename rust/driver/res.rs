@@ -24,10 +24,17 @@ use kernel::{
 
 /// The resources of a connected iSER connection. Dropping it (after the
 /// revocation that stops every fast-path user) disconnects, drains and
-/// destroys the QP (`conn` is the first field), then frees the buffers.
+/// destroys the QP and deregisters the MRs (`conn` is the first field),
+/// then drops the task references (`track`, the second: the commands
+/// complete as soon as the target can reach none of their memory, not
+/// after the buffers), then frees the buffers.
 #[pin_data]
 pub(super) struct Res {
     pub(super) conn: Connection<IserConn>,
+    /// What the target can still reach of each command, and the references
+    /// that hold the commands until it cannot.
+    #[pin]
+    pub(super) track: SpinLockIrq<Track>,
     /// The owning connection's address, which its tracepoint events carry.
     pub(super) trace_id: usize,
     pub(super) dev: DevUse,
@@ -48,10 +55,6 @@ pub(super) struct Res {
     /// reserves all it needs before anything of it is posted. Taken by
     /// `xmit_task`, given back by it and by send completions (softirq).
     pub(super) dataout_avail: AtomicU32,
-    /// What the target can still reach of each command, and the references
-    /// that hold the commands until it cannot.
-    #[pin]
-    pub(super) track: SpinLockIrq<Track>,
     pub(super) ff_rx: SetOnce<RxBufs>,
     /// The full-feature receives were posted (once: a second full-feature
     /// Login Response is refused). Set by the receive path.

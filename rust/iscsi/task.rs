@@ -37,8 +37,9 @@ pub(crate) const BHS_LEN: usize = 48;
 /// (`map_data`, `unmap_data`), and libiscsi never runs two callbacks of one
 /// task at once that reach it (see [`Task`]). `refs` counts the live
 /// [`TaskRef`]s of the task; the layer tears a connection or session down
-/// only while every slot's count is zero (else it leaks them, see
-/// `transport.rs`), so a `TaskRef` never outlives its task.
+/// only once every slot's count is zero (it waits for that, and leaks them
+/// if it does not come, see `transport/session.rs`), so a `TaskRef` never
+/// outlives its task.
 #[repr(C)]
 pub(super) struct TaskSlot<T: TransportOps> {
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,

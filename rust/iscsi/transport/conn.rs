@@ -93,6 +93,28 @@ pub(super) unsafe fn bound_ep_arc<T: TransportOps>(
     (!p.is_null()).then(|| Arc::from(unsafe { Arc::<T::Ep>::borrow(p) }))
 }
 
+/// The endpoint bound to `conn`, if any, borrowed for as long as the RCU
+/// read section `_rcu` lasts: for callbacks libiscsi does not order before
+/// unbind and that must not sleep. `cleanup_task` is one: it runs when a
+/// task's last reference goes, and the transport may drop a [`super::TaskRef`]
+/// after the connection stopped (its resources are freed later).
+///
+/// # Safety
+///
+/// `conn` must be a live connection of a session of transport `T`.
+pub(super) unsafe fn bound_ep_in<'a, T: TransportOps>(
+    conn: *mut bindings::iscsi_conn,
+    _rcu: &'a rcu::Guard,
+) -> Option<ArcBorrow<'a, T::Ep>> {
+    // SAFETY: The connection is live (function contract).
+    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
+    // A non-null pointer loaded in the read section stays a live foreign
+    // `Arc` until the section ends: unbind waits for a grace period before
+    // dropping it (invariant of `Binding`), and the borrow ends with `_rcu`.
+    // SAFETY: Hence the borrow.
+    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
+}
+
 /// Clears the slot bind set to `conn`, if any: the endpoint no longer
 /// reaches the connection once this returns.
 ///
@@ -231,12 +253,13 @@ pub(super) unsafe extern "C" fn destroy_conn_callback<T: TransportOps>(
     // any more.
     unsafe { unbind_ep::<T>(conn) };
     // SAFETY: A live connection has a live session, made by `create_session`.
-    let refs = unsafe { task_refs::<T>((*conn).session) };
+    let refs = unsafe { wait_task_refs::<T>((*conn).session) };
     if refs > 0 {
         // Dropping those references reaches the connection: leak it rather
         // than free it under them (a driver bug; said loudly).
         pr_err!(
-            "connection destroyed with {} task references held by the transport: leaking it\n",
+            "connection destroyed with {} task references still held by the transport \
+             after 30 s: leaking it\n",
             refs
         );
         return;

@@ -15,7 +15,11 @@ use core::{
     ptr::{null_mut, NonNull},
     sync::atomic::Ordering,
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::{delay::fsleep, Delta, Instant, Monotonic},
+};
 
 /// The `iscsi_session` of a class session.
 ///
@@ -136,6 +140,29 @@ pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session)
     n
 }
 
+/// How long the teardown of a connection or session waits for the
+/// transport's [`super::TaskRef`]s to go: a transport may drop them after
+/// the connection stopped, once its resources are freed.
+const TASK_REFS_WAIT_MS: i64 = 30_000;
+
+/// Waits until no [`super::TaskRef`] is alive on the tasks of `s`, or
+/// [`TASK_REFS_WAIT_MS`] passed; returns how many are left. Sleeps.
+///
+/// # Safety
+///
+/// `s` must be a live session made by `create_session::<T>`.
+pub(super) unsafe fn wait_task_refs<T: TransportOps>(s: *mut bindings::iscsi_session) -> u32 {
+    let start = Instant::<Monotonic>::now();
+    loop {
+        // SAFETY: The session is live (function contract).
+        let n = unsafe { task_refs::<T>(s) };
+        if n == 0 || start.elapsed().as_millis() >= TASK_REFS_WAIT_MS {
+            return n;
+        }
+        fsleep(Delta::from_millis(10));
+    }
+}
+
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a session made by
@@ -144,12 +171,13 @@ pub(super) unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
     cls: *mut bindings::iscsi_cls_session,
 ) {
     // SAFETY: The session is live and made by `create_session`.
-    let refs = unsafe { task_refs::<T>(session_of(cls)) };
+    let refs = unsafe { wait_task_refs::<T>(session_of(cls)) };
     if refs > 0 {
         // A driver bug: freeing the tasks would leave those references
         // dangling. Leaking the session is the safe way out.
         pr_err!(
-            "session destroyed with {} task references held by the transport: leaking it\n",
+            "session destroyed with {} task references still held by the transport \
+             after 30 s: leaking it\n",
             refs
         );
         return;

@@ -10,7 +10,7 @@ use super::{
     *,
 };
 use crate::bindings;
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::rcu};
 
 /// # Safety
 ///
@@ -100,8 +100,13 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
 pub(super) unsafe extern "C" fn cleanup_task_callback<T: TransportOps>(
     task: *mut bindings::iscsi_task,
 ) {
-    // SAFETY: As in `init_task_callback`; the binding may be gone.
-    let ep = unsafe { bound_ep::<T>((*task).conn) };
+    // Not only libiscsi's teardown frees a task: a reference the transport
+    // dropped after the connection stopped does, so the binding may be
+    // going (or be a later endpoint's): borrowed inside a read section.
+    // libiscsi frees tasks under its back_lock, so nothing here sleeps.
+    let rcu = rcu::read_lock();
+    // SAFETY: As in `init_task_callback`.
+    let ep = unsafe { bound_ep_in::<T>((*task).conn, &rcu) };
     // SAFETY: As in `init_task_callback`.
     if let Some(mut t) = unsafe { Task::<T>::from_raw(task) } {
         T::cleanup_task(ep.as_deref(), &t);
