@@ -240,6 +240,7 @@ impl IserConn {
         if self.release_queued.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.log_totals();
         let c = self.clone();
         if let Err(release) = RELEASES.spawn(move || c.release(true)) {
             release();
@@ -276,6 +277,11 @@ impl IserConn {
         };
         // A CM id still resolving is destroyed here, outside the lock.
         drop(left);
+    }
+
+    /// Logs what the connection counted that a user may want at its end
+    /// (once: `shut` calls it when it queues the release).
+    fn log_totals(&self) {
         let texts = self.text_rsps.swap(0, Ordering::Relaxed);
         if texts > 0 && self.discovery.load(Ordering::Relaxed) {
             pr_info!(
@@ -309,8 +315,8 @@ impl IserConn {
     }
 
     /// Frees the RDMA resources: the QP (drained first), CQ, MRs, buffers,
-    /// the device context and the CM id. `ep_disconnect` and the CM's
-    /// device-removal handler may both get here. Returns when they are
+    /// the device context and the CM id. The release queued by `shut` and
+    /// the CM's device-removal handler may both get here. Returns when they are
     /// gone, also when the other one freed them, unless `wait` is false:
     /// the device-removal handler must not wait for a thread whose drop of
     /// the CM id waits (in `rdma_destroy_id`) for that very handler. The

@@ -226,7 +226,10 @@ failover() {
 	# From the death to dm-multipath failing the path: the commands caught
 	# on it fail over then (kernel log timestamps; printed, not asserted).
 	failed=$(secs_after_mark "$MARK" "multipath: .*: Failing path")
-	echo "mpath $who $n ${stall:-none} ${failed:-none}" | tee -a "$RISER_OUT/mpath.txt"
+	# From the death to libiscsi's "detected conn error": how soon the
+	# initiator noticed.
+	noticed=$(secs_after_mark "$MARK" "detected conn error")
+	echo "mpath $who $n ${stall:-none} ${failed:-none} ${noticed:-none}" | tee -a "$RISER_OUT/mpath.txt"
 	[ -n "$stall" ] || rc=1
 	# Failover, not waiting for the path: I/O resumed while path 2 was dead.
 	awk -v s="$stall" -v o="$OUTAGE" 'BEGIN { exit !(s > 0 && s < o) }' ||
@@ -277,14 +280,14 @@ check "LIO torn down" lio_teardown
 check "rxe0 and rxe1 removed" eval 'rdma link delete rxe0 && rdma link delete rxe1'
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "none" }'; }
 {
-	echo "| initiator | probe's longest stall, median of $ROUNDS (s) | rounds (s) | path death to \`Failing path\`, median (s) | rounds (s) |"
-	echo "|---|---|---|---|---|"
+	echo "| initiator | probe's longest stall, median of $ROUNDS (s) | rounds (s) | path death to \`Failing path\`, median (s) | rounds (s) | path death to \`detected conn error\`, median (s) | rounds (s) |"
+	echo "|---|---|---|---|---|---|---|"
+	col() { awk -v w="$who" -v c="$1" '$2 == w { print $c }' "$RISER_OUT/mpath.txt"; }
 	for who in "${INITS[@]}"; do
-		printf '| %s | %s | %s | %s | %s |\n' "$who" \
-			"$(awk -v w="$who" '$2 == w { print $4 }' "$RISER_OUT/mpath.txt" | median)" \
-			"$(awk -v w="$who" '$2 == w { printf "%s ", $4 }' "$RISER_OUT/mpath.txt")" \
-			"$(awk -v w="$who" '$2 == w { print $5 }' "$RISER_OUT/mpath.txt" | median)" \
-			"$(awk -v w="$who" '$2 == w { printf "%s ", $5 }' "$RISER_OUT/mpath.txt")"
+		printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$who" \
+			"$(col 4 | median)" "$(col 4 | tr '\n' ' ')" \
+			"$(col 5 | median)" "$(col 5 | tr '\n' ' ')" \
+			"$(col 6 | median)" "$(col 6 | tr '\n' ' ')"
 	done
 } | tee "$RISER_OUT/mpath-table.md"
 save_dmesg
