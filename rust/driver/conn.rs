@@ -21,7 +21,7 @@ use crate::{
     rdma::{
         cm::{CmEvent, CmHandler, CmId, CmIdRef},
         conn::{ConnCaps, Connection},
-        AsyncEvent, Client, Cq, Device, PollContext,
+        AsyncEvent, Client, Cq, Device, Pd, PollContext,
     },
     trace,
 };
@@ -230,9 +230,10 @@ impl IserConn {
     /// and for a connection of hundreds of commands the frees take a
     /// second or two on a debug kernel (three quarters of it DMA buffers,
     /// the rest MRs and the QP). They run on riser's release queue, in
-    /// `release`'s order: the QP drained and destroyed, then the MRs
-    /// deregistered, and only then the task references dropped, so no
-    /// command completes while the target can still reach its memory.
+    /// `Res`'s order: the QP drained and destroyed, and only then the task
+    /// references dropped, so no command completes while the target can
+    /// still reach its memory (the PD is the connection's own); then the
+    /// MRs, the PD and the buffers.
     /// The layer waits for those references before it frees a connection
     /// or session. Without the queue (module unload) the frees run here.
     pub(super) fn shut(self: &Arc<Self>) {
@@ -401,6 +402,18 @@ impl IserConn {
             pr_err!("the RDMA device's limits are too small for iSER\n");
             return Err(EINVAL);
         };
+        // A PD of the connection's own, not one per device as ib_iser has:
+        // the rkeys riser hands a target are then usable only through this
+        // connection's QP. Another target (another connection on the
+        // device) cannot reach them, whatever key it guesses, and once the
+        // QP is destroyed no peer can, so teardown completes the commands
+        // before it deregisters their MRs (see `Res`).
+        let pd = if self.params.always_register {
+            Pd::new(ctx.dev.device())
+        } else {
+            Pd::new_with_global_rkey(ctx.dev.device())
+        }
+        .and_then(|pd| Ok(Arc::new(pd, GFP_KERNEL)?))?;
         let cq = Cq::from_pool(
             ctx.dev.device(),
             sizing.cq_entries,
@@ -429,7 +442,7 @@ impl IserConn {
             // CAST: a small constant.
             max_inline: HEADERS_LEN as u32,
         };
-        let conn = match Connection::new(id, ctx.pd.clone(), cq, conn_caps) {
+        let conn = match Connection::new(id, pd, cq, conn_caps) {
             Ok(c) => c,
             Err((_id, e)) => {
                 pr_err!("cannot make the QP: {:?}\n", e);

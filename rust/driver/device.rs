@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The per-device context: the PD connections on a device share, made by
-//! the first and freed with the last, and the `ib_client` that tracks devices
-//! (as ib_iser's iser_verbs.c does for its device list).
+//! The per-device context: what connections on a device share (its
+//! limits), made by the first and freed with the last, and the `ib_client`
+//! that tracks devices (as ib_iser's iser_verbs.c does for its device
+//! list). The PD is not shared: each connection has its own (see
+//! `IserConn::route_resolved`).
 
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
-    rdma::{conn::DeviceRef, AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps, Pd},
+    rdma::{conn::DeviceRef, AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps},
     registry::registry,
 };
 use kernel::{
@@ -18,11 +20,10 @@ use kernel::{
     sync::{Arc, Mutex},
 };
 
-/// What riser keeps for an RDMA device while connections use it: its PD,
-/// shared by those connections, and its limits.
+/// What riser keeps for an RDMA device while connections use it: the
+/// device and its limits.
 pub(crate) struct DevCtx {
     pub(super) dev: DeviceRef,
-    pub(super) pd: Arc<Pd>,
     pub(super) caps: DeviceCaps,
 }
 
@@ -53,17 +54,10 @@ impl DevUse {
         let ctx = match &g.ctx {
             Some(c) => c.clone(),
             None => {
-                let dev = slot.dev.device();
-                let pd = if crate::params::current()?.always_register {
-                    Pd::new(dev)?
-                } else {
-                    Pd::new_with_global_rkey(dev)?
-                };
                 let c = Arc::new(
                     DevCtx {
                         dev: slot.dev.clone(),
-                        pd: Arc::new(pd, GFP_KERNEL)?,
-                        caps: dev.caps(),
+                        caps: slot.dev.device().caps(),
                     },
                     GFP_KERNEL,
                 )?;
@@ -97,7 +91,7 @@ impl Drop for DevUse {
             }
         };
         if last.is_some() {
-            pr_debug!("last connection on the device gone: its PD is freed\n");
+            pr_debug!("last connection on the device gone: its context is freed\n");
         }
     }
 }

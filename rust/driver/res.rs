@@ -24,17 +24,17 @@ use kernel::{
 
 /// The resources of a connected iSER connection. Dropping it (after the
 /// revocation that stops every fast-path user) disconnects, drains and
-/// destroys the QP and deregisters the MRs (`conn` is the first field),
-/// then drops the task references (`track`, the second: the commands
-/// complete as soon as the target can reach none of their memory, not
-/// after the buffers), then frees the buffers.
-#[pin_data]
+/// destroys the QP first (`PinnedDrop`); then the fields drop in order:
+/// the task references (`track`, so the commands complete as soon as the
+/// target can reach none of their memory: the PD is the connection's own,
+/// so with its one QP gone no peer can use an rkey of it), then the MRs,
+/// the PD, the CQ and the CM id (`conn`), then the buffers. Its locks are
+/// boxed, so that it needs no pinning and may have that `Drop`.
 pub(super) struct Res {
-    pub(super) conn: Connection<IserConn>,
     /// What the target can still reach of each command, and the references
     /// that hold the commands until it cannot.
-    #[pin]
-    pub(super) track: SpinLockIrq<Track>,
+    pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
+    pub(super) conn: Connection<IserConn>,
     /// The owning connection's address, which its tracepoint events carry.
     pub(super) trace_id: usize,
     pub(super) dev: DevUse,
@@ -49,8 +49,7 @@ pub(super) struct Res {
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
     pub(super) dataout: KVec<Arc<DmaBuf>>,
-    #[pin]
-    pub(super) dataout_free: SpinLockIrq<KVec<u32>>,
+    pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
     /// Free Data-Out headers not reserved by a command being sent: a WRITE
     /// reserves all it needs before anything of it is posted. Taken by
     /// `xmit_task`, given back by it and by send completions (softirq).
@@ -71,6 +70,14 @@ pub(super) struct Res {
     pub(super) remote_invs: AtomicU64,
     pub(super) local_invs: AtomicU64,
     pub(super) signal_interval: u32,
+}
+
+impl Drop for Res {
+    fn drop(&mut self) {
+        // Before any field: the task references in `track` may go only
+        // once the QP, the one way to the connection's PD, is gone.
+        self.conn.destroy_qp();
+    }
 }
 
 /// A copy of a completed receive, for the CPU to parse the PDU from: a
@@ -120,8 +127,8 @@ pub(super) struct Bufs {
     pub(super) login_copy: RxCopy,
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     pub(super) dataout: KVec<Arc<DmaBuf>>,
-    pub(super) dataout_free: KVec<u32>,
-    pub(super) track: Track,
+    pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
+    pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
 }
 
 impl Bufs {
@@ -151,8 +158,8 @@ impl Bufs {
             login_copy: RxCopy::new(HEADERS_LEN + LOGIN_DATA)?,
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
-            dataout_free,
-            track,
+            dataout_free: KBox::pin_init(new_spinlock_irq!(dataout_free), GFP_KERNEL)?,
+            track: KBox::pin_init(new_spinlock_irq!(track), GFP_KERNEL)?,
         })
     }
 }
@@ -165,8 +172,8 @@ impl Res {
         sizing: ConnSizing,
         b: Bufs,
         remote_inv: bool,
-    ) -> impl PinInit<Self> {
-        pin_init!(Res {
+    ) -> Self {
+        Res {
             conn,
             trace_id,
             dev,
@@ -177,8 +184,8 @@ impl Res {
             tx_hdrs: b.tx_hdrs,
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
-            dataout_free <- new_spinlock_irq!(b.dataout_free),
-            track <- new_spinlock_irq!(b.track),
+            dataout_free: b.dataout_free,
+            track: b.track,
             ff_rx: SetOnce::default(),
             ff_posted: AtomicBool::new(false),
             remote_inv,
@@ -186,7 +193,7 @@ impl Res {
             remote_invs: AtomicU64::new(0),
             local_invs: AtomicU64::new(0),
             signal_interval: sizing::signal_interval(sizing.max_cmds),
-        })
+        }
     }
 }
 

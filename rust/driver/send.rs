@@ -150,7 +150,7 @@ impl Res {
             unsol: task.unsol_len(),
             max_xmit: task.max_xmit_dlength(),
             segments: sg.map_or(0, |sg| sg.count()),
-            global_rkey: self.dev.pd.global_rkey().is_some(),
+            global_rkey: self.conn.pd().global_rkey().is_some(),
             max_inline: self.conn.max_inline(),
             // CAST: the headers are 76 bytes.
             headers: HEADERS_LEN as u32,
@@ -171,9 +171,9 @@ impl Res {
         let mut inv = false;
         let reg = match (plan.key, sg) {
             (Key::None, _) => None,
-            (Key::LocalDma, Some(sg)) => Some(sg.local_only(&self.dev.pd).ok_or(EINVAL)?),
+            (Key::LocalDma, Some(sg)) => Some(sg.local_only(self.conn.pd()).ok_or(EINVAL)?),
             // always_register=0 and one segment: no MR at all.
-            (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(&self.dev.pd).ok_or(EINVAL)?),
+            (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(self.conn.pd()).ok_or(EINVAL)?),
             (Key::Mr, Some(sg)) => {
                 let mr = claim.insert(self.conn.claim_mr(idx)?);
                 inv = self.conn.mr_valid(idx);

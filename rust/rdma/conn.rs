@@ -68,11 +68,14 @@ pub(crate) struct ConnCaps {
 /// # Invariants
 ///
 /// `qp` was created with `rdma_create_qp` on `id`, with `qp_context` equal to
-/// `id`'s context (an `Arc<H>` owned by `id`); it is destroyed in `drop`
-/// before the MRs, the CQ and the id. Every tag is at a stable address
-/// (`KVec` never grown) until the QP is destroyed.
+/// `id`'s context (an `Arc<H>` owned by `id`); it is valid until
+/// `qp_destroyed` is set, which [`Connection::destroy_qp`] (through `&mut`,
+/// so with no other user) does when it destroys it, before the MRs, the CQ
+/// and the id; nothing uses `qp` after that. Every tag is at a stable
+/// address (`KVec` never grown) until the QP is destroyed.
 pub(crate) struct Connection<H: CmHandler + QpHandler> {
     qp: NonNull<bindings::ib_qp>,
+    qp_destroyed: bool,
     recv_tags: KVec<Tag>,
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
@@ -151,6 +154,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // QP is destroyed in `drop`.
         Ok(Self {
             qp,
+            qp_destroyed: false,
             recv_tags,
             send_tags,
             unsignaled,
@@ -263,9 +267,37 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Waits until every posted work request has completed (flushed). Must
     /// run in process context, after [`Connection::disconnect`].
     pub(crate) fn drain(&self) {
-        // SAFETY: The QP is valid (type invariant); its CQ is not polled
-        // directly, as `ib_drain_qp` requires.
+        if self.qp_destroyed {
+            return;
+        }
+        // SAFETY: The QP is valid (type invariant: not destroyed); its CQ is
+        // not polled directly, as `ib_drain_qp` requires.
         unsafe { bindings::ib_drain_qp(self.qp.as_ptr()) };
+    }
+
+    /// Disconnects, drains and destroys the QP, then releases what its
+    /// work requests held; once (later calls do nothing). After it, no
+    /// work request of the connection is outstanding, posting fails
+    /// (`ENOTCONN`), and no peer can reach the MRs through this QP; the
+    /// MRs, the PD, the CQ and the CM id stay until the connection drops.
+    /// Process context.
+    pub(crate) fn destroy_qp(&mut self) {
+        if self.qp_destroyed {
+            return;
+        }
+        // Flush and wait for every outstanding work request, so no
+        // completion names a tag, buffer or MR released or freed after.
+        self.disconnect();
+        self.drain();
+        // SAFETY: The QP was created on this id (type invariant) and is
+        // destroyed once: the flag is set below, and `&mut self` means no
+        // other user of the QP.
+        unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
+        // INVARIANT: the QP is gone; nothing uses `qp` from here.
+        self.qp_destroyed = true;
+        for t in Iterator::chain(self.recv_tags.iter(), self.send_tags.iter()) {
+            t.release();
+        }
     }
 
     /// Whether send tag `tag` is free for a new work request: its last one
@@ -278,6 +310,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Posts a receive of `buf` (all of it) completing on tag `tag`.
     pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
+        if self.qp_destroyed {
+            return Err(ENOTCONN);
+        }
         let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
         if fault::hit(Site::PostRecv) {
             return Err(EIO);
@@ -300,7 +335,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: Writing the `wr_cqe` member of the union.
         unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut() };
         let mut bad = core::ptr::null();
-        // SAFETY: The QP is valid; `wr` and `sge` outlive the call; the tag
+        // SAFETY: The QP is valid (not destroyed: checked on entry, and
+        // `destroy_qp` needs `&mut self`); `wr` and `sge` outlive the call; the tag
         // and the buffer stay valid until the completion (held above).
         let r = to_result(unsafe { bindings::riser_ib_post_recv(self.qp.as_ptr(), &wr, &mut bad) });
         if r.is_err() {
@@ -366,6 +402,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Posts `ops`, counting in `posted` the requests the provider took.
     fn post_ops(&self, ops: &[SendOp<'_>], posted: &mut usize) -> Result {
+        if self.qp_destroyed {
+            return Err(ENOTCONN);
+        }
         if ops.is_empty() || ops.len() > MAX_CHAIN {
             return Err(EINVAL);
         }
@@ -535,8 +574,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let mut bad = core::ptr::null();
         // Providers copy work requests, and inline data, when posting;
         // buffers are held by their tags until completion.
-        // SAFETY: The QP is valid; the chain, the inline bytes and the MRs
-        // it names outlive the call.
+        // SAFETY: The QP is valid (not destroyed: checked on entry, and
+        // `destroy_qp` needs `&mut self`); the chain, the inline bytes and
+        // the MRs it names outlive the call.
         let r = to_result(unsafe {
             bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
         });
@@ -653,15 +693,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
 impl<H: CmHandler + QpHandler> Drop for Connection<H> {
     fn drop(&mut self) {
-        // Flush and wait for every outstanding work request, so no
-        // completion names a tag, buffer or MR freed below.
-        self.disconnect();
-        self.drain();
-        // SAFETY: The QP was created on this id (type invariant) and is
-        // destroyed once; the fields (MRs, PD, CQ, id) drop after this.
-        unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
-        for t in Iterator::chain(self.recv_tags.iter(), self.send_tags.iter()) {
-            t.release();
-        }
+        // The QP first (if the owner did not already); the fields (MRs,
+        // PD, CQ, id) drop after this.
+        self.destroy_qp();
     }
 }

@@ -145,7 +145,7 @@ dmesg_live
 LIO_NO_AUTH='Initiator sent AuthMethod=None but Target is enforcing iSCSI Authentication|has not been successfully authenticated'
 LIO_AUTH_FAILED='Security negotiation failed'
 
-plan 55
+plan 56
 
 check "soft-RoCE device rxe0 created" setup_rxe $IP
 check "riser's dependencies load" load_deps
@@ -199,6 +199,17 @@ check "B: login with CHAP" login_retry $B $IP
 DB=$(iscsi_dev $B 0 60 2>>"$RISER_OUT/guest.log") || DB=
 check "B: block device ($DB)" test -b "$DB"
 check "two sessions at once" test "$(ls -d /sys/class/iscsi_session/session* | wc -l)" = 2
+# Each connection has a protection domain of its own (ib_iser shares one
+# per device), so an rkey riser gives one target is of no use through
+# another target's QP on the same device: two sessions on rxe0, at least
+# two of riser's PDs (an earlier connection's may still be being freed).
+own_pds() {
+	local n
+	n=$(rdma resource show pd 2>&1 | tee -a "$RISER_OUT/guest.log" | grep -c 'comm \[riser\]')
+	echo "riser's PDs: $n"
+	[ "$n" -ge 2 ]
+}
+check "a PD per connection: two sessions on rxe0, two of riser's PDs" own_pds
 two_at_once() {
 	local p rc=0
 	fio_verify "$DA" randwrite 8k 16 4M &
