@@ -24,6 +24,10 @@
 #                   dies, riser against ib_iser, in one guest
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
+#   make install    (as root, after make) riser.ko into KDIR's kernel's
+#                   updates/ directory, depmod, and the modprobe.d rule that
+#                   makes open-iscsi's automatic "modprobe ib_iser" load riser
+#   make uninstall  undoes make install: iscsid loads ib_iser again
 #   make clean
 #
 # KDIR may name any kernel tree built with CONFIG_RUST=y.
@@ -36,7 +40,8 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover \
+	install uninstall
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -46,7 +51,8 @@ SHELL := /bin/bash
 # command's Data-Outs go out on the other).
 GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/features.sh tests/guest/matrix.sh \
 	tests/guest/faults.sh tests/guest/session-siw.sh tests/guest/inject.sh \
-	tests/guest/mpath.sh tests/guest/check.sh tests/guest/hostile.sh:2 tests/guest/session.sh:2
+	tests/guest/mpath.sh tests/guest/check.sh tests/guest/install.sh tests/guest/hostile.sh:2 \
+	tests/guest/session.sh:2
 
 # The hostile iSER target (userspace verbs), run inside the guest.
 EVIL = out/iser-evil
@@ -151,6 +157,26 @@ reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_siw_smoke.sh
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_extra.sh
+
+# Where make install puts things: the release of the kernel in KDIR (for the
+# running kernel, KDIR=/lib/modules/$(uname -r)/build), under INSTALL_MOD_PATH
+# (empty: /), and the modprobe.d directory under DESTDIR.
+KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
+MODPROBE_D ?= /etc/modprobe.d
+
+# Not built here: make install runs as root, often from a tree built by a
+# user (and the guest test runs it on a read-only tree).
+install:
+	@test -n "$(KRELEASE)" || { echo "no kernel release in KDIR=$(KDIR)" >&2; exit 1; }
+	@test -f riser.ko || { echo "riser.ko is not built: run make (with the same KDIR) first" >&2; exit 1; }
+	$(KMAKE) INSTALL_MOD_DIR=updates modules_install
+	install -D -m 0644 scripts/modprobe-riser.conf $(DESTDIR)$(MODPROBE_D)/riser.conf
+
+uninstall:
+	@test -n "$(KRELEASE)" || { echo "no kernel release in KDIR=$(KDIR)" >&2; exit 1; }
+	rm -f $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/updates/riser.ko*
+	rm -f $(DESTDIR)$(MODPROBE_D)/riser.conf
+	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean
