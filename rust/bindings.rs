@@ -24,6 +24,9 @@
     clippy::ptr_as_ptr,
     clippy::ref_as_ptr,
     clippy::undocumented_unsafe_blocks,
+    // Not a lint before rustc 1.88 (distribution kernels are built with
+    // older compilers).
+    unknown_lints,
     unnecessary_transmutes
 )]
 

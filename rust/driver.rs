@@ -37,7 +37,6 @@ use crate::{
         pdu::{Bhs, BHS_LEN, HEADERS_LEN},
         plan,
         sizing::{self, Params},
-        tmf::Scope,
     },
     rdma::{
         conn::{DmaBuf, DmaDir, DmaSg},
@@ -51,7 +50,6 @@ use conn::IserConn;
 use core::net::SocketAddr;
 use core::sync::atomic::Ordering;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
-use memory::{HeldRsp, Track};
 use res::{RxBufs, RxCopy};
 
 /// The module: the registered transport, the queue that frees torn-down
@@ -474,6 +472,8 @@ impl kernel::InPlaceModule for Riser {
 #[kunit_tests(riser_driver)]
 mod tests {
     use super::*;
+    use crate::proto::tmf::Scope;
+    use memory::{HeldRsp, Track};
 
     #[test]
     fn transport_identity_matches_ib_iser() {

@@ -12,6 +12,7 @@ use crate::{
     },
     rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir},
 };
+use core::num::NonZeroU32;
 use core::sync::atomic::AtomicBool;
 use core::sync::atomic::AtomicU32;
 use core::sync::atomic::AtomicU64;
@@ -69,7 +70,8 @@ pub(super) struct Res {
     /// Counted by the receive path and the send path; read at teardown.
     pub(super) remote_invs: AtomicU64,
     pub(super) local_invs: AtomicU64,
-    pub(super) signal_interval: u32,
+    /// Non-zero by type: the remainder by it has no panic path.
+    pub(super) signal_interval: NonZeroU32,
 }
 
 impl Drop for Res {
@@ -192,7 +194,8 @@ impl Res {
             inline_sends: AtomicU32::new(0),
             remote_invs: AtomicU64::new(0),
             local_invs: AtomicU64::new(0),
-            signal_interval: sizing::signal_interval(sizing.max_cmds),
+            signal_interval: NonZeroU32::new(sizing::signal_interval(sizing.max_cmds))
+                .unwrap_or(NonZeroU32::MIN),
         }
     }
 }
