@@ -28,6 +28,9 @@
 #                   updates/ directory, depmod, and the modprobe.d rule that
 #                   makes open-iscsi's automatic "modprobe ib_iser" load riser
 #   make uninstall  undoes make install: iscsid loads ib_iser again
+#   make distro-check  riser built for Debian's own 7.3.4+deb13-amd64 kernel
+#                   (scripts/distro-kernel prepares the tree) and used in a
+#                   guest that boots that kernel's unmodified image
 #   make clean
 #
 # KDIR may name any kernel tree built with CONFIG_RUST=y.
@@ -36,12 +39,15 @@ KDIR ?= $(shell $(CURDIR)/scripts/setup --print-kdir)
 FAST_KDIR ?= $(shell $(CURDIR)/scripts/setup --flavour fast --print-kdir 2>/dev/null)
 LLVM ?= -19
 RUSTFMT ?= rustfmt
-KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM)
+# A tree scripts/distro-kernel prepared for a distribution's kernel says
+# which toolchain builds for it (LLVM off, its gcc and rustc release).
+-include $(KDIR)/riser-distro.mk
+KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) $(KMAKE_DISTRO)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
 .PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover \
-	install uninstall
+	install uninstall distro-check
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -177,6 +183,17 @@ uninstall:
 	rm -f $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/updates/riser.ko*
 	rm -f $(DESTDIR)$(MODPROBE_D)/riser.conf
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
+
+# The sources built apart (out/distro-build) against the distribution's tree,
+# then tests/guest/distro.sh in a guest booting its vmlinuz.
+distro-check:
+	scripts/distro-kernel
+	@mkdir -p out/distro-build
+	rsync -a --delete Kbuild Makefile include rust scripts out/distro-build/
+	kdir=$$(scripts/distro-kernel --print-kdir) && \
+		$(MAKE) -C out/distro-build --no-print-directory KDIR="$$kdir" modules
+	RISER_EXPECT_KUNIT=0 RISER_DISTRO_KO=$(CURDIR)/out/distro-build/riser.ko \
+		tests/run-guest --kdir "$$(scripts/distro-kernel --vmlinuz)" tests/guest/distro.sh
 
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean

@@ -42,3 +42,22 @@ missing_pkgs() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s ' "$p"
 	done
 }
+
+# fetch_linux_source CACHE SERIES: Debian's linux-source-SERIES tarball into
+# CACHE/src (with its version in CACHE/src/version), unless it is there.
+fetch_linux_source() {
+	local cache=$1 series=$2 deb
+	[ ! -f "$cache/src/linux-source-$series.tar.xz" ] || return 0
+	rm -rf "$cache/src.tmp"
+	mkdir -p "$cache/src.tmp"
+	(cd "$cache/src.tmp" && run "apt-get download linux-source-$series" \
+		apt-get download -q "linux-source-$series")
+	deb=$(ls "$cache"/src.tmp/linux-source-"$series"_*.deb)
+	run "dpkg -x $deb" dpkg -x "$deb" "$cache/src.tmp/x"
+	# Debian's version (7.3.4-1~bpo13+1) names the tree.
+	basename "$deb" | sed -E 's/^linux-source-[^_]+_([^-_]+).*/\1/' >"$cache/src.tmp/version"
+	mv "$cache/src.tmp/x/usr/src/linux-source-$series.tar.xz" "$cache/src.tmp/"
+	rm -rf "$cache/src.tmp/x" "$deb"
+	rm -rf "$cache/src"
+	mv "$cache/src.tmp" "$cache/src"
+}
