@@ -28,6 +28,9 @@
 #                   updates/ directory, depmod, and the modprobe.d rule that
 #                   makes open-iscsi's automatic "modprobe ib_iser" load riser
 #   make uninstall  undoes make install: iscsid loads ib_iser again
+#   make dkms-install  (as root) riser under DKMS for the running kernel
+#                   and every new one (scripts/dkms-riser), with the rule
+#   make dkms-uninstall  dkms remove, the sources and the rule
 #   make distro-check  riser built for Debian's own 7.3.4+deb13-amd64 kernel
 #                   (scripts/distro-kernel prepares the tree) and used in a
 #                   guest that boots that kernel's unmodified image
@@ -47,7 +50,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
 .PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover \
-	install uninstall distro-check
+	install uninstall distro-check dkms-install dkms-uninstall dkms-sandbox
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
@@ -125,7 +128,7 @@ check-env:
 check: check-env
 	@mkdir -p out
 	tests/fuzz/run >out/fuzz.log 2>&1 & fuzz=$$!; \
-	$(MAKE) --no-print-directory lint host-test $(EVIL) inject; rc=$$?; \
+	$(MAKE) --no-print-directory lint host-test $(EVIL) inject dkms-sandbox; rc=$$?; \
 	wait $$fuzz; cat out/fuzz.log; exit $$rc
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
@@ -183,6 +186,19 @@ uninstall:
 	rm -f $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/updates/riser.ko*
 	rm -f $(DESTDIR)$(MODPROBE_D)/riser.conf
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
+
+dkms-install:
+	scripts/dkms-riser install
+
+dkms-uninstall:
+	scripts/dkms-riser uninstall
+
+# DKMS builds riser on the host in trees of its own under out/dkms, for the
+# test kernel; tests/guest/install.sh installs that build with dkms.
+dkms-sandbox:
+	@test -n "$(KRELEASE)" || { echo "no kernel release in KDIR=$(KDIR)" >&2; exit 1; }
+	scripts/dkms-riser sandbox out/dkms $(KDIR) $(KRELEASE) >out/dkms.log 2>&1 || \
+		{ tail -n 30 out/dkms.log; exit 1; }
 
 # The sources built apart (out/distro-build) against the distribution's tree,
 # then tests/guest/distro.sh in a guest booting its vmlinuz.

@@ -6,7 +6,10 @@
 # then open-iscsi used with no insmod: iscsid loads the module "ib_iser" for
 # transport iser, and the rule makes that riser. Discovery, login, fio
 # verify, logout; then `make uninstall`, after which the same request loads
-# the C ib_iser again. The guest's /lib/modules and /etc are overlays, so
+# the C ib_iser again. Then the same through DKMS: make check has DKMS build
+# riser on the host (scripts/dkms-riser sandbox, into out/dkms); here DKMS
+# installs that build into this kernel's modules, open-iscsi's request loads
+# it, and `dkms remove` takes it away. The guest's /lib/modules and /etc are overlays, so
 # nothing reaches the host. KDIR is what a user gives for the running
 # kernel: /lib/modules/$(uname -r)/build.
 
@@ -43,10 +46,33 @@ none_loaded() {
 discovery_loads_ib_iser() {
 	iscsi_discover_lists "$IP" "$IQN" >/dev/null && loaded_only ib_iser riser
 }
+discovery_loads_riser() {
+	iscsi_discover_lists "$IP" "$IQN" >/dev/null && loaded_only riser ib_iser
+}
+DKMS_OUT=$RISER_TOP/out/dkms
+DKMS_V=$(cat "$DKMS_OUT/version" 2>/dev/null) || DKMS_V=
+# DKMS's tree as the host's build left it, in this guest's /var/lib/dkms
+# (an overlay); then dkms install (no build: it was built for this kernel).
+dkms_install() {
+	[ -n "$DKMS_V" ] || { echo "no DKMS build in $DKMS_OUT (scripts/dkms-riser sandbox)"; return 1; }
+	mkdir -p /var/lib/dkms && cp -a "$DKMS_OUT/tree/riser" /var/lib/dkms/ &&
+		dkms install -m riser -v "$DKMS_V" -k "$KV" &&
+		install -D -m 0644 "$RISER_TOP/scripts/modprobe-riser.conf" /etc/modprobe.d/riser.conf
+}
+dkms_installed() {
+	local st
+	st=$(dkms status -m riser -v "$DKMS_V" -k "$KV")
+	echo "$st"
+	grep -q ": installed" <<<"$st" && modinfo -n riser | grep -q "/updates/dkms/riser.ko"
+}
+dkms_removed() {
+	dkms remove -m riser -v "$DKMS_V" --all && rm -f /etc/modprobe.d/riser.conf &&
+		test ! -e "/lib/modules/$KV/updates/dkms/riser.ko" && ! modinfo riser >/dev/null 2>&1
+}
 
 dmesg_live
 
-plan 24
+plan 32
 
 check "soft-RoCE device rxe0 created" setup_rxe "$IP"
 check "make install (KDIR=$KDIR)" "${MAKE_IN[@]}" install
@@ -70,8 +96,17 @@ check "nothing of riser left in updates/ or modprobe.d" nothing_installed
 check "modprobe ib_iser would load ib_iser itself" modprobe_would "insmod .*/ib_iser\.ko"
 check "discovery with -I iser: open-iscsi's module request now loads ib_iser" \
 	discovery_loads_ib_iser
-check "iscsid stopped" iscsi_stop
 check "rmmod ib_iser" rmmod ib_iser
+check "DKMS: installs the riser it built on the host into $KV's modules" dkms_install
+check "DKMS: dkms status says installed; modinfo finds updates/dkms/riser.ko" dkms_installed
+check "DKMS: discovery with -I iser, no insmod: open-iscsi's request loads riser" discovery_loads_riser
+check "DKMS: login" iscsi_login "$IQN" "$IP" iser
+DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
+check "DKMS: fio randwrite 4k QD8 verify crc32c ($DEV)" fio_verify "$DEV" randwrite 4k 8 1M
+check "DKMS: logout" iscsi_logout "$IQN" "$IP"
+check "DKMS: rmmod riser" unload_riser
+check "DKMS: dkms remove leaves no riser module" dkms_removed
+check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 check "rxe0 removed" rdma link delete rxe0
 save_dmesg
