@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make bench` in the guest: riser, ib_iser and iscsi_tcp in turn against the
-# same LIO target over the same RDMA device, interleaved (the order rotates
-# every round), RISER_BENCH_ROUNDS rounds (default 3). Each initiator logs in
-# to two targets at once: an rd_mcp ramdisk and a null_blk disk served
-# through iblock. In the last round each iSER initiator is also profiled
-# (perf) during 4k random reads. Then the link's ceiling (perftest
-# ib_write_bw and ib_read_bw), and the same over soft-iWARP (riser and
-# ib_iser; iscsi_tcp does not use the RDMA device).
+# `make bench` in the guest: riser, riser_b, ib_iser and iscsi_tcp in turn
+# against the same LIO target over one RDMA device (RISER_BENCH_DEVICES;
+# make bench runs one guest per device, side by side), interleaved (the
+# order rotates every round), RISER_BENCH_ROUNDS rounds (default 3). Each
+# initiator logs in to the targets of RISER_BENCH_BACKENDS (default a
+# null_blk disk served through iblock; rd_mcp adds a ramdisk) at once.
+# Then the link's ceiling (perftest ib_write_bw and ib_read_bw).
+# iscsi_tcp does not use the RDMA device: it runs over rxe only.
 #
-# RISER_BENCH_B_KO names a second build of riser.ko (built for the same
-# kernel): it is measured as a fourth initiator, riser_b, in the same rounds
-# and the same rotation, so that a change to riser is judged against the
-# code before it in one run (the report adds riser_b/riser).
+# riser_b is a second build of riser.ko (RISER_BENCH_B_KO, built for the
+# same kernel), measured in the same rounds and the same rotation: make
+# bench makes it a copy of riser.ko unless told otherwise, so that every
+# run carries its own A/A comparison, the finest difference it resolves;
+# naming the code before a change makes it an A/B comparison.
 #
 # The guest only measures: for every disk an initiator logs in to, one fio
-# process runs the five workloads one after the other (stonewall), and
+# process runs the workloads one after the other (stonewall), and
 # tests/guest/bench-mark, run by fio around each of them, takes the
 # counters (the guest's /proc/stat, the disk's, the host's) into
-# $RISER_OUT/raw/DEV.BACKEND.INITIATOR.WORKLOAD.ROUND.stat0 and .stat1;
-# fio's JSON output of the five goes to DEV.BACKEND.INITIATOR.ROUND.runs.json.
+# $RISER_OUT/raw/DEV.BACKEND.INITIATOR.WORKLOAD.ROUND.stat0 and .stat1,
+# and, with RISER_BENCH_MARK set (make bench does), executes the mark of
+# QEMU's instruction-counting plugin (scripts/insns) with a line of its own
+# in $RAW/DEV.insns.labels. Where each module's code was during each
+# round goes to DEV.INITIATOR.ROUND.modules (and riser's and ib_iser's
+# symbols to .kallsyms), so that scripts/bench-report counts each
+# initiator's own instructions per I/O.
+# fio's JSON output of the workloads goes to DEV.BACKEND.INITIATOR.ROUND.runs.json.
 # scripts/bench-report turns them into the tables. Progress lines go to
 # $RISER_OUT/progress, which make bench shows while the guest runs.
+#
+# RISER_BENCH_PROFILE=1 adds, in the last round, a perf profile of the
+# whole guest during 4k random reads for each iSER initiator.
 
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
@@ -31,9 +41,10 @@ KO=$RISER_TOP/riser.ko
 RAW=$RISER_OUT/raw
 PROGRESS=$RISER_OUT/progress
 ROUNDS=${RISER_BENCH_ROUNDS:-3}
-RUNTIME=${RISER_BENCH_RUNTIME:-3}
-RAMP=${RISER_BENCH_RAMP:-500ms}
+RUNTIME=${RISER_BENCH_RUNTIME:-1}
+RAMP=${RISER_BENCH_RAMP:-250ms}
 DEVICES=${RISER_BENCH_DEVICES:-rxe siw}
+BACKENDS=${RISER_BENCH_BACKENDS:-null_blk}
 # scripts/bench has checked that it names a file.
 KO_B=${RISER_BENCH_B_KO:-}
 # Which build of riser is loaded: a ($KO) or b ($KO_B).
@@ -57,9 +68,10 @@ WORKLOADS=(
 	"read-512k-qd8 --rw=read --bs=512k --iodepth=8 --numjobs=1"
 	"write-512k-qd8 --rw=write --bs=512k --iodepth=8 --numjobs=1"
 	"randread-4k-qd1 --rw=randread --bs=4k --iodepth=1 --numjobs=1 --lat_percentiles=1"
+	"randwrite-4k-qd1 --rw=randwrite --bs=4k --iodepth=1 --numjobs=1 --lat_percentiles=1"
 )
 
-# fio_disk DEV NAME: the five workloads on DEV in one fio process, one
+# fio_disk DEV NAME: the workloads on DEV in one fio process, one
 # after the other, each with its counters taken by bench-mark (NAME is
 # DEV.BACKEND.INITIATOR.ROUND; a workload's files are named with the
 # workload before the round). fio runs in a scratch directory: it leaves
@@ -131,6 +143,8 @@ measure() {
 	# Every target at once: a login's SCSI scan takes seconds under TCG.
 	check "$rdma round $round: $init logs in to the targets" \
 		iscsi_login_portal "$ip" "$(iface_of "$init")" "${@%@*}"
+	check "$rdma round $round: where the modules' code is, for counting" \
+		module_map "$RAW/$rdma.$init.$round" "$init"
 	for t in "$@"; do
 		iqn=${t%@*} backend=${t##*@}
 		dev=$(iscsi_dev "$iqn" 0 60 2>>"$RISER_OUT/guest.log") || dev=
@@ -139,7 +153,8 @@ measure() {
 		name=$rdma.$backend.$init.$round
 		fio_disk "$dev" "$name" || { rc=1; progress "  fio failed on $name: $(head -c 300 "$RAW/$name.err")"; }
 		# The iSER initiators' profiles, once, on the first target.
-		if [ "$round" = "$ROUNDS" ] && [ "$t" = "$1" ] && [ "$init" != iscsi_tcp ]; then
+		if [ "${RISER_BENCH_PROFILE:-0}" = 1 ] && [ "$round" = "$ROUNDS" ] && [ "$t" = "$1" ] &&
+			[ "$init" != iscsi_tcp ]; then
 			profile_run "$rdma" "$init" "$dev"
 		fi
 	done
@@ -147,22 +162,60 @@ measure() {
 	check "$rdma round $round: every fio run of $init succeeded" test $rc = 0
 }
 
+# The modules whose instructions the report counts: the initiators' own,
+# the RDMA drivers, and the layers around them.
+MAP_MODULES="riser ib_iser iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi rdma_rxe siw ib_core rdma_cm iw_cm ib_cm ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file null_blk"
+declare -A TEXT_SIZE
+# text_size MODULE: the size of the .text of MODULE's .ko (loaded from
+# riser's tree for riser, from the kernel's modules otherwise), in hex.
+text_size() {
+	local ko
+	case $1 in
+	riser) if [ "$RISER_LOADED" = b ]; then ko=$KO_B; else ko=$KO; fi ;;
+	*) ko=$(modinfo -n "$1") || return 1 ;;
+	esac
+	[ -n "${TEXT_SIZE[$ko]:-}" ] ||
+		TEXT_SIZE[$ko]=$(readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }')
+	echo "${TEXT_SIZE[$ko]}"
+}
+# module_map BASE INIT: BASE.modules, a line "MODULE TEXT-ADDRESS
+# TEXT-SIZE" for every module of MAP_MODULES loaded now (module addresses
+# change with every load), and for the iSER initiators BASE.kallsyms,
+# their symbols, which name their functions in the report.
+module_map() {
+	local base=$1 init=$2 m a sz
+	for m in $MAP_MODULES; do
+		[ -r "/sys/module/$m/sections/.text" ] || continue
+		read -r a <"/sys/module/$m/sections/.text" && sz=$(text_size "$m") && [ -n "$sz" ] || return 1
+		echo "$m $a $sz"
+	done >"$base.modules"
+	case $init in
+	riser | riser_b | ib_iser) grep "\[${init%_b}\]\$" /proc/kallsyms >"$base.kallsyms" && test -s "$base.kallsyms" ;;
+	esac
+}
+
 # ceiling KIND DEV IP: perftest's RDMA WRITE and READ bandwidth over DEV,
 # client and server in this guest, through rdma_cm (-R, which iWARP needs),
 # 512 KiB messages as the sequential workloads use. perftest now and then
 # fails to exchange its results over siw ("Bad wc status 5"), and its
-# server then waits for nothing: each tool gets a 20 s limit and a second
+# server then waits for nothing: each tool gets a 30 s limit and a second
 # try.
+#
+# Under -icount a run bounded by time (-D) did not end (2026-11-25: the
+# client waited on after its window), one bounded by iterations does:
+# 200 messages of 512 KiB, and perftest's clock, which is the guest's
+# instruction count there, gives the bandwidth.
 ceiling() {
-	local kind=$1 dev=$2 ip=$3 t srv try out
+	local kind=$1 dev=$2 ip=$3 t srv try out len=(-D "$RUNTIME")
+	case ${RISER_BENCH_QEMU:-} in *icount*) len=(-n 200) ;; esac
 	for t in write read; do
 		out=$RAW/$kind.ceiling.ib_${t}_bw.txt
 		for try in 1 2; do
 			progress "$kind ceiling: ib_${t}_bw (try $try)"
-			timeout 20 ib_"${t}"_bw -R -d "$dev" -s 524288 -D "$RUNTIME" -F >/dev/null 2>&1 &
+			timeout 30 ib_"${t}"_bw -R -d "$dev" -s 524288 "${len[@]}" -F >/dev/null 2>&1 &
 			srv=$!
 			sleep 1
-			timeout 20 ib_"${t}"_bw -R -d "$dev" -s 524288 -D "$RUNTIME" -F "$ip" >"$out" 2>&1
+			timeout 30 ib_"${t}"_bw -R -d "$dev" -s 524288 "${len[@]}" -F "$ip" >"$out" 2>&1
 			if grep -q '^ *524288 ' "$out"; then
 				wait "$srv"
 				break
@@ -270,7 +323,7 @@ halt_plausible() {
 
 # One RDMA device: targets, rounds, ceiling, profile, teardown.
 bench_device() {
-	local kind=$1 ip iqn_rd iqn_nb inits dev r i order
+	local kind=$1 ip iqn_rd iqn_nb inits dev r i order targets
 	if [ "$kind" = siw ]; then
 		ip=192.168.78.1 dev=siw0
 		# iscsi_tcp does not use the RDMA device: measured over rxe only.
@@ -279,14 +332,29 @@ bench_device() {
 		ip=192.168.77.1 dev=rxe0
 		inits=(riser ${KO_B:+riser_b} ib_iser iscsi_tcp)
 	fi
+	# RISER_BENCH_INITIATORS: only those (a change measured A/B needs
+	# riser and riser_b alone).
+	if [ -n "${RISER_BENCH_INITIATORS:-}" ]; then
+		for i in "${!inits[@]}"; do
+			case " $RISER_BENCH_INITIATORS " in *" ${inits[$i]} "*) ;; *) unset "inits[$i]" ;; esac
+		done
+		inits=("${inits[@]}")
+	fi
 	# bench-mark reads the device's counters.
 	export RISER_BENCH_RDMA=$dev
 	iqn_rd=iqn.2026-11.org.riser:bench-$kind-rd
 	iqn_nb=iqn.2026-11.org.riser:bench-$kind-nullb
 	progress "$kind: device, targets"
 	check "$kind: RDMA device created" setup_rdma "$kind" "$ip"
-	check "$kind: LIO rd_mcp target" lio_rd_target "$iqn_rd" "$ip" 64 "$kind"
-	check "$kind: LIO null_blk (iblock) target" lio_nullblk_target "$iqn_nb" "$ip" 64 "$kind"
+	targets=()
+	case " $BACKENDS " in *" rd_mcp "*)
+		check "$kind: LIO rd_mcp target" lio_rd_target "$iqn_rd" "$ip" 64 "$kind"
+		targets+=("$iqn_rd@rd_mcp") ;;
+	esac
+	case " $BACKENDS " in *" null_blk "*)
+		check "$kind: LIO null_blk (iblock) target" lio_nullblk_target "$iqn_nb" "$ip" 64 "$kind"
+		targets+=("$iqn_nb@null_blk") ;;
+	esac
 	# riser and ib_iser share the iface "iser": one discovery per iface.
 	for i in $(for i in "${inits[@]}"; do iface_of "$i"; done | sort -u); do
 		check "$kind: discovery through iface $i" iscsi_discover "$ip" "$i"
@@ -295,7 +363,7 @@ bench_device() {
 		# Rotate the order every round so none always runs first.
 		order=("${inits[@]:$(((r - 1) % ${#inits[@]}))}" "${inits[@]:0:$(((r - 1) % ${#inits[@]}))}")
 		for i in "${order[@]}"; do
-			measure "$kind" "$ip" "$i" "$r" "$iqn_rd@rd_mcp" "$iqn_nb@null_blk"
+			measure "$kind" "$ip" "$i" "$r" "${targets[@]}"
 		done
 	done
 	# No iSER connection may outlive its logout into the ceiling's runs:
@@ -315,7 +383,7 @@ bench_device() {
 dmesg_live
 
 {
-	echo "kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPU(s), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), rounds $ROUNDS, runtime ${RUNTIME}s + ramp $RAMP (each workload)"
+	echo "kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) CPU(s), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource), QEMU ${RISER_BENCH_QEMU:-none}, rounds $ROUNDS, runtime ${RUNTIME}s + ramp $RAMP (each workload), backends $BACKENDS"
 	grep -m1 'model name' /proc/cpuinfo
 	fio --version
 	ib_write_bw --version 2>&1 | head -1
