@@ -49,7 +49,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) $(KMAKE_DISTRO)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench inject linkdown failover \
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench insns inject linkdown failover \
 	install uninstall distro-check dkms-install dkms-uninstall dkms-sandbox
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
@@ -128,7 +128,7 @@ check-env:
 check: check-env
 	@mkdir -p out
 	tests/fuzz/run >out/fuzz.log 2>&1 & fuzz=$$!; \
-	$(MAKE) --no-print-directory lint host-test $(EVIL) inject dkms-sandbox; rc=$$?; \
+	$(MAKE) --no-print-directory lint host-test $(EVIL) inject dkms-sandbox insns; rc=$$?; \
 	wait $$fuzz; cat out/fuzz.log; exit $$rc
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
@@ -141,6 +141,18 @@ check: check-env
 # setup on first use); FAST_KDIR names another tree. Tables in out/bench/.
 bench:
 	scripts/bench $(if $(FAST_KDIR),--kdir $(FAST_KDIR))
+
+# The bench's QEMU plugin, which counts each module's instructions, and the
+# mark the guest executes around every workload (scripts/insns): built by
+# make bench, and by make check so that a change that breaks them shows.
+INSNS_CFLAGS = -O2 -Wall -Wextra -Werror
+insns: out/insns/insns.so out/insns/riser-mark
+out/insns/insns.so: scripts/insns/insns.c scripts/insns/plugin.h
+	@mkdir -p out/insns
+	$(CC) $(INSNS_CFLAGS) -fPIC -shared -fvisibility=hidden -o $@ $<
+out/insns/riser-mark: scripts/insns/mark.c
+	@mkdir -p out/insns
+	$(CC) $(INSNS_CFLAGS) -static -o $@ $<
 
 demo:
 	@kdir="$(FAST_KDIR)"; \
