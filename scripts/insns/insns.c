@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A QEMU TCG plugin for make bench: counts the guest instructions executed
- * in the kernel's module area, by translation block, and writes the counts
- * out whenever the guest executes the mark (mark.c: `xchg %bx,%bx` in user
+ * A QEMU TCG plugin for make bench: counts every instruction the guest
+ * executes, and by translation block those in given address ranges (the
+ * kernel's module area, the kernel's Rust code), and writes the counts out
+ * whenever the guest executes the mark (mark.c: `xchg %bx,%bx` in user
  * mode, an instruction no compiler emits).
  *
  *   -plugin PATH/insns.so,out=FILE[,range=LO:HI]...
@@ -19,9 +20,9 @@
  * belongs to; scripts/bench-report adds them up per module and divides by
  * the I/Os the disk completed between two marks.
  *
- * Under -icount all vCPUs run in one host thread, so the counters need no
- * atomics; without it (MTTCG) counts of a block run on two vCPUs at once
- * may lose an increment.
+ * The counters are per vCPU (scoreboards), summed at each mark; the
+ * fallback counter of a block beyond the scoreboard's slots is shared, and
+ * exact only when the vCPUs run in one host thread, as under -icount.
  */
 #include <errno.h>
 #include <inttypes.h>
