@@ -4,6 +4,10 @@
 #
 #   make            build riser.ko against KDIR (default: the kernel scripts/setup built)
 #   make lint       rustfmt --check, clippy with the kernel's lints, W=1 build with -Werror
+#   make bench      riser, ib_iser and iscsi_tcp on the fast kernel, one guest per
+#                   RDMA device under QEMU's -icount, each module's instructions
+#                   per I/O counted (Documentation/performance.md); FAST_KDIR
+#   make insns      the bench's instruction-counting QEMU plugin and its mark
 #   make demo       boot a guest and show riser at work: soft-RoCE, a LIO target,
 #                   discovery, login, ext4 made, written and read back, logout
 #                   (on the fast kernel flavour, which it builds if needed)
