@@ -166,28 +166,31 @@ measure() {
 # the RDMA drivers, and the layers around them.
 MAP_MODULES="riser ib_iser iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi rdma_rxe siw ib_core rdma_cm iw_cm ib_cm ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file null_blk"
 declare -A TEXT_SIZE
-# text_size MODULE: the size of the .text of MODULE's .ko (loaded from
-# riser's tree for riser, from the kernel's modules otherwise), in hex.
+# text_size MODULE: TEXT_SIZE[MODULE's .ko], the size of its .text in hex
+# (the .ko is riser's own build for riser, the kernel's module otherwise),
+# read once per .ko (readelf costs the guest a fork and an exec).
 text_size() {
 	local ko
 	case $1 in
 	riser) if [ "$RISER_LOADED" = b ]; then ko=$KO_B; else ko=$KO; fi ;;
 	*) ko=$(modinfo -n "$1") || return 1 ;;
 	esac
+	KO_OF=$ko
 	[ -n "${TEXT_SIZE[$ko]:-}" ] ||
 		TEXT_SIZE[$ko]=$(readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }')
-	echo "${TEXT_SIZE[$ko]}"
+	[ -n "${TEXT_SIZE[$ko]}" ]
 }
 # module_map BASE INIT: BASE.modules, a line "MODULE TEXT-ADDRESS
 # TEXT-SIZE" for every module of MAP_MODULES loaded now (module addresses
 # change with every load), and for the iSER initiators BASE.kallsyms,
 # their symbols, which name their functions in the report.
 module_map() {
-	local base=$1 init=$2 m a sz
+	local base=$1 init=$2 m a
 	for m in $MAP_MODULES; do
 		[ -r "/sys/module/$m/sections/.text" ] || continue
-		read -r a <"/sys/module/$m/sections/.text" && sz=$(text_size "$m") && [ -n "$sz" ] || return 1
-		echo "$m $a $sz"
+		# Not in a subshell: TEXT_SIZE keeps what it read.
+		read -r a <"/sys/module/$m/sections/.text" && text_size "$m" || return 1
+		echo "$m $a ${TEXT_SIZE[$KO_OF]}"
 	done >"$base.modules"
 	case $init in
 	riser | riser_b | ib_iser) grep "\[${init%_b}\]\$" /proc/kallsyms >"$base.kallsyms" && test -s "$base.kallsyms" ;;
@@ -201,7 +204,7 @@ module_map() {
 # server then waits for nothing: each tool gets a 30 s limit and a second
 # try.
 #
-# Under -icount a run bounded by time (-D) did not end (2026-11-25: the
+# Under -icount a run bounded by time (-D) did not end (2026-11-26: the
 # client waited on after its window), one bounded by iterations does:
 # 200 messages of 512 KiB, and perftest's clock, which is the guest's
 # instruction count there, gives the bandwidth.
