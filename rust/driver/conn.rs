@@ -209,6 +209,11 @@ impl IserConn {
         self.res.as_ref()?.try_access()
     }
 
+    /// The resources, inside the caller's RCU read section.
+    pub(super) fn res_in<'a>(&'a self, rcu: &'a kernel::sync::rcu::Guard) -> Option<&'a Res> {
+        self.res.as_ref()?.try_access_with_guard(rcu)
+    }
+
     pub(super) fn poll(&self, timeout_ms: u32) -> Result<bool> {
         let mut st = self.state.lock();
         if st.phase.connecting() {

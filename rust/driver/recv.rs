@@ -21,11 +21,11 @@ use crate::{
     trace,
 };
 use core::sync::atomic::Ordering;
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::rcu};
 
 impl IserConn {
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.
-    pub(super) fn received(&self, res: &Res, tag: u32, wc: Wc) {
+    pub(super) fn received(&self, rcu: &rcu::Guard, res: &Res, tag: u32, wc: Wc) {
         let (buf, copy, ff) = if tag == 0 {
             (&res.login_rx, &res.login_copy, false)
         } else {
@@ -37,7 +37,7 @@ impl IserConn {
             };
             (b, c, true)
         };
-        match copy.with(buf, wc.byte_len, |bytes| self.deliver(res, bytes, wc)) {
+        match copy.with(buf, wc.byte_len, |bytes| self.deliver(rcu, res, bytes, wc)) {
             Ok(Ok(())) => {}
             Ok(Err(why)) => self.fail(why),
             Err(_) => self.fail(Failure::RecvUnreadable),
@@ -58,6 +58,7 @@ impl IserConn {
 
     pub(super) fn deliver(
         &self,
+        rcu: &rcu::Guard,
         res: &Res,
         bytes: &[u8],
         wc: Wc,
@@ -182,7 +183,10 @@ impl IserConn {
                 }
             }
         }
-        let r = match self.bound.with(|c| c.complete_pdu(bhs.bytes(), data)) {
+        let r = match self
+            .bound
+            .with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data))
+        {
             Some(Err(_)) => Err(Failure::LibiscsiRejected),
             _ => Ok(()),
         };
@@ -210,7 +214,10 @@ impl QpHandler for IserConn {
     }
 
     fn recv_done(&self, tag: u32, wc: Wc) {
-        let Some(res) = self.res() else {
+        // One read section for the whole receive: the resources and, once
+        // the PDU is checked, libiscsi's connection.
+        let rcu = rcu::read_lock();
+        let Some(res) = self.res_in(&rcu) else {
             return;
         };
         if !wc.ok() {
@@ -222,7 +229,7 @@ impl QpHandler for IserConn {
             }
             return;
         }
-        self.received(&res, tag, wc);
+        self.received(&rcu, res, tag, wc);
     }
 
     fn send_done(&self, tag: u32, wc: Wc) {

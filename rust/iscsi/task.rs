@@ -526,6 +526,18 @@ impl ConnSlot {
         Some(f(&c))
     }
 
+    /// As [`ConnSlot::with`], inside the caller's RCU read section (`rcu`
+    /// proves one is held for as long as the borrow), which saves a second,
+    /// nested one.
+    pub(crate) fn with_in<R>(&self, _rcu: &rcu::Guard, f: impl FnOnce(&Conn) -> R) -> Option<R> {
+        let p = self.conn.load(Ordering::Acquire);
+        // SAFETY: A non-null pointer loaded inside the read section (held
+        // by the caller while `_rcu` is borrowed, so for all of `f`) is a
+        // live, bound connection until the section ends (type invariant).
+        let c = unsafe { Conn::from_raw(p) }?;
+        Some(f(&c))
+    }
+
     /// Fails the bound connection, if any, from a workqueue: for callers
     /// that may hold the session's locks, which `iscsi_conn_failure` takes.
     pub(crate) fn fail_later(&self) {
