@@ -518,12 +518,8 @@ impl ConnSlot {
     /// Runs `f` with the bound connection, if any. `f` runs in an RCU read
     /// section and must not sleep.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Conn) -> R) -> Option<R> {
-        let _rcu = rcu::read_lock();
-        let p = self.conn.load(Ordering::Acquire);
-        // SAFETY: A non-null pointer loaded inside the read section is a
-        // live, bound connection until the section ends (type invariant).
-        let c = unsafe { Conn::from_raw(p) }?;
-        Some(f(&c))
+        let rcu = rcu::read_lock();
+        self.with_in(&rcu, f)
     }
 
     /// As [`ConnSlot::with`], inside the caller's RCU read section (`rcu`
