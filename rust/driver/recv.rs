@@ -13,6 +13,7 @@ use crate::{
     proto::{
         login,
         pdu::{Bhs, RxPdu, TargetOpcode},
+        ProtoError,
     },
     rdma::{
         conn::{QpHandler, Wc, UNSIGNALED_TAG},
@@ -65,49 +66,99 @@ impl IserConn {
     ) -> core::result::Result<(), Failure> {
         let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
             Ok(p) => p,
-            Err(e) => {
-                pr_err!("bad PDU from the target ({} bytes): {:?}\n", wc.byte_len, e);
-                return Err(Failure::MalformedPdu);
-            }
+            Err(e) => return Err(Self::malformed(wc.byte_len, e)),
         };
         let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
         trace::pdu_received(trace::id(self), bhs.bytes(), wc.invalidated.unwrap_or(0));
+        let data = &bytes[pdu.data.clone()];
+        if pdu.opcode != TargetOpcode::ScsiResponse {
+            return self.deliver_other(rcu, res, &pdu, &bhs, data, wc);
+        }
+        // A SCSI Response: one per command, the receive path's common case.
+        let idx = Self::slot_of(pdu.itt);
+        if let Some(rkey) = wc.invalidated {
+            // Only the rkey of the task this response answers: any other
+            // would end another command's registration under it.
+            let ok =
+                res.remote_inv && res.conn.mr_valid(idx) && res.conn.mr_rkey(idx) == Some(rkey);
+            if !ok {
+                return Err(Self::foreign(rkey, &pdu));
+            }
+        }
+        // The reference that held the command while the target could reach
+        // its memory: dropped once libiscsi has the response. Fails only
+        // when riser's own LOCAL_INV cannot be posted (the target
+        // invalidated nothing).
+        let done_ref = res.response_arrived(idx, pdu.itt, wc.invalidated.is_some())?;
+        if wc.invalidated.is_some() {
+            res.conn.mr_invalidated(idx);
+        }
+        let r = self.hand_on(rcu, &bhs, data);
+        // libiscsi has completed the command (or refused the response): the
+        // task is freed once this last reference goes.
+        drop(done_ref);
+        r
+    }
+
+    /// The task slot an ITT names: libiscsi builds ITTs in host byte order
+    /// (get_itt()).
+    fn slot_of(itt: u32) -> u32 {
+        u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
+    }
+
+    /// Hands the PDU to libiscsi.
+    fn hand_on(
+        &self,
+        rcu: &rcu::Guard,
+        bhs: &Bhs,
+        data: &[u8],
+    ) -> core::result::Result<(), Failure> {
+        match self
+            .bound
+            .with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data))
+        {
+            Some(Err(_)) => Err(Failure::LibiscsiRejected),
+            _ => Ok(()),
+        }
+    }
+
+    #[cold]
+    fn malformed(byte_len: u32, e: ProtoError) -> Failure {
+        pr_err!("bad PDU from the target ({} bytes): {:?}\n", byte_len, e);
+        Failure::MalformedPdu
+    }
+
+    #[cold]
+    fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
+        pr_err!(
+            "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+            rkey,
+            pdu.opcode,
+            pdu.itt
+        );
+        Failure::ForeignInvalidation
+    }
+
+    /// Every PDU but a SCSI Response: NOP-In, and the rare ones (login,
+    /// text, logout, TMF, asynchronous messages), kept out of the common
+    /// path.
+    #[inline(never)]
+    fn deliver_other(
+        &self,
+        rcu: &rcu::Guard,
+        res: &Res,
+        pdu: &RxPdu,
+        bhs: &Bhs,
+        data: &[u8],
+        wc: Wc,
+    ) -> core::result::Result<(), Failure> {
         if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
             pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
             return Err(Failure::DataInOrR2t);
         }
-        // libiscsi builds ITTs in host byte order (get_itt()).
-        let idx = u32::from_ne_bytes(pdu.itt.to_be_bytes()) & ITT_INDEX_MASK;
-        let foreign = |rkey: u32| {
-            pr_err!(
-                "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
-                rkey,
-                pdu.opcode,
-                pdu.itt
-            );
-            Failure::ForeignInvalidation
-        };
+        // Only a SCSI Response may invalidate (its own task's rkey).
         if let Some(rkey) = wc.invalidated {
-            // Only the rkey of the task this response answers: any other
-            // would end another command's registration under it.
-            let ok = pdu.opcode == TargetOpcode::ScsiResponse
-                && res.remote_inv
-                && res.conn.mr_valid(idx)
-                && res.conn.mr_rkey(idx) == Some(rkey);
-            if !ok {
-                return Err(foreign(rkey));
-            }
-        }
-        // The reference that held the command while the target could reach
-        // its memory: dropped once libiscsi has the response.
-        let mut done_ref = None;
-        if pdu.opcode == TargetOpcode::ScsiResponse {
-            // Fails only when riser's own LOCAL_INV cannot be posted (the
-            // target invalidated nothing).
-            done_ref = res.response_arrived(idx, pdu.itt, wc.invalidated.is_some())?;
-        }
-        if wc.invalidated.is_some() {
-            res.conn.mr_invalidated(idx);
+            return Err(Self::foreign(rkey, pdu));
         }
         if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
             self.counters.async_refused.fetch_add(1, Ordering::Relaxed);
@@ -117,7 +168,6 @@ impl IserConn {
             );
             return Err(Failure::AsyncFlood);
         }
-        let data = &bytes[pdu.data.clone()];
         match pdu.opcode {
             TargetOpcode::TextResponse => {
                 self.text_rsps.fetch_add(1, Ordering::Relaxed);
@@ -156,7 +206,7 @@ impl IserConn {
                 // Held back until the commands it ended are out of the
                 // target's reach; the last invalidation hands it on.
                 if let Some(req) = req {
-                    if res.tmf_response(req, &bhs)? {
+                    if res.tmf_response(req, bhs)? {
                         return Ok(());
                     }
                 }
@@ -164,8 +214,8 @@ impl IserConn {
             _ => {}
         }
         if pdu.opcode == TargetOpcode::LoginResponse
-            && login::login_ok(&bhs)
-            && login::enters_full_feature(&bhs)
+            && login::login_ok(bhs)
+            && login::enters_full_feature(bhs)
         {
             if res.ff_posted.swap(true, Ordering::AcqRel) {
                 pr_err!("target sent a second full-feature Login Response\n");
@@ -183,17 +233,7 @@ impl IserConn {
                 }
             }
         }
-        let r = match self
-            .bound
-            .with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data))
-        {
-            Some(Err(_)) => Err(Failure::LibiscsiRejected),
-            _ => Ok(()),
-        };
-        // libiscsi has completed the command (or refused the response): the
-        // task is freed once this last reference goes.
-        drop(done_ref);
-        r
+        self.hand_on(rcu, bhs, data)
     }
 
     /// Hands a held TMF Response to libiscsi (completion context).
