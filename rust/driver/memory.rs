@@ -202,11 +202,7 @@ impl Res {
             // A slot's references are all gone before libiscsi reuses it.
             drop(t);
             drop((mr_ref, send_ref));
-            pr_err!(
-                "task slot {} reused while the target may reach its last command\n",
-                idx
-            );
-            return Err(EINVAL);
+            return Err(Self::slot_reused(idx));
         }
         let counted = send_ref.is_some();
         if let (Some(r), Some(p)) = (send_ref, t.puts.get_mut(tag as usize)) {
@@ -221,6 +217,15 @@ impl Res {
             f.responded = false;
         }
         Ok(())
+    }
+
+    #[cold]
+    fn slot_reused(idx: u32) -> Error {
+        pr_err!(
+            "task slot {} reused while the target may reach its last command\n",
+            idx
+        );
+        EINVAL
     }
 
     /// Undoes [`Res::hold_command`] for a command that was not posted.

@@ -26,7 +26,10 @@ use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
 
 impl Res {
-    /// Sends a login, text, NOP-Out, TMF or logout PDU.
+    /// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it
+    /// shares `xmit_task` with the SCSI commands, which it would otherwise
+    /// weigh down.
+    #[inline(never)]
     pub(super) fn send_control(&self, task: &Task<'_, Iser>) -> Result {
         let bhs = Bhs(task.bhs());
         let r = self.send_control_pdu(task, &bhs);
@@ -155,12 +158,7 @@ impl Res {
             // CAST: the headers are 76 bytes.
             headers: HEADERS_LEN as u32,
         })
-        .map_err(|e| {
-            if e == PlanError::Bidi {
-                pr_err!("bidirectional commands are not supported over iSER\n");
-            }
-            EINVAL
-        })?;
+        .map_err(Self::unplanned)?;
         // The task slot's MR (MR index == slot index), held while the chain
         // that maps and registers it is built and posted.
         let mut claim = None;
@@ -295,19 +293,10 @@ impl Res {
             _ => (self.conn.post_chain(&[send]), None),
         };
         if let Err((e, n)) = posted {
-            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
-            if remote_key && reg_at.is_some_and(|r| n > r) {
-                // The registration went out and the command did not: the
-                // target never got the key, but keys are guessable, and it
-                // stays valid until invalidated. The command keeps the
-                // reference for it, and is reported sent: the connection
-                // fails (the caller says why), recovery gives the command
-                // back, and the reference goes with the MRs at teardown.
-                self.unhold_command(idx, false, with_imm);
-                return Ok((unregistered, Some(Failure::CommandPost)));
-            }
-            self.unhold_command(idx, remote_key, with_imm);
-            return Err(e);
+            let reg_posted = reg_at.is_some_and(|r| n > r);
+            return self
+                .not_posted(idx, e, dataouts, remote_key, reg_posted, with_imm)
+                .map(|broken| (unregistered, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
         trace::pdu_sent(self.trace_id, &bhs, stag);
@@ -316,6 +305,43 @@ impl Res {
             _ => None,
         };
         Ok((unregistered, broken))
+    }
+
+    #[cold]
+    fn unplanned(e: PlanError) -> Error {
+        if e == PlanError::Bidi {
+            pr_err!("bidirectional commands are not supported over iSER\n");
+        }
+        EINVAL
+    }
+
+    /// Undoes what `send_command` set up for a command the provider
+    /// refused (`e`): the Data-Out headers reserved and the references
+    /// held. Says why the connection must fail when the registration
+    /// (`reg_posted`) went out without its command.
+    #[cold]
+    fn not_posted(
+        &self,
+        idx: u32,
+        e: Error,
+        dataouts: u32,
+        remote_key: bool,
+        reg_posted: bool,
+        with_imm: bool,
+    ) -> Result<Option<Failure>> {
+        self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+        if remote_key && reg_posted {
+            // The registration went out and the command did not: the
+            // target never got the key, but keys are guessable, and it
+            // stays valid until invalidated. The command keeps the
+            // reference for it, and is reported sent: the connection
+            // fails (the caller says why), recovery gives the command
+            // back, and the reference goes with the MRs at teardown.
+            self.unhold_command(idx, false, with_imm);
+            return Ok(Some(Failure::CommandPost));
+        }
+        self.unhold_command(idx, remote_key, with_imm);
+        Err(e)
     }
 
     /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
