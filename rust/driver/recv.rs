@@ -47,13 +47,18 @@ impl IserConn {
             // One repost per completion: a receive fewer, and the target's
             // next PDU meets an RNR.
             if let Err(e) = res.conn.post_recv(tag, buf) {
-                if self.is_up() {
-                    // One receive fewer than the target may send: its next
-                    // PDUs would stall the connection (RNR). Fail it now.
-                    pr_err!("cannot repost a receive: {:?}\n", e);
-                    self.fail(Failure::RepostFailed);
-                }
+                self.repost_failed(e);
             }
+        }
+    }
+
+    #[cold]
+    fn repost_failed(&self, e: Error) {
+        if self.is_up() {
+            // One receive fewer than the target may send: its next PDUs
+            // would stall the connection (RNR). Fail it now.
+            pr_err!("cannot repost a receive: {:?}\n", e);
+            self.fail(Failure::RepostFailed);
         }
     }
 
@@ -236,6 +241,29 @@ impl IserConn {
         self.hand_on(rcu, bhs, data)
     }
 
+    /// A receive completed in error (flushed at teardown, or failed).
+    #[cold]
+    fn recv_failed(&self, tag: u32, wc: Wc) {
+        self.counters.completion_failed(&wc);
+        trace::wc_error(trace::id(self), true, tag, wc.status);
+        if !wc.flushed() {
+            pr_err!("receive failed with status {}\n", wc.status);
+            self.fail(Failure::RecvError);
+        }
+    }
+
+    /// A send completed in error (flushed at teardown, or failed): what
+    /// its tag held is released by the caller all the same.
+    #[cold]
+    fn send_failed(&self, tag: u32, wc: Wc) {
+        self.counters.completion_failed(&wc);
+        trace::wc_error(trace::id(self), false, tag, wc.status);
+        if !wc.flushed() {
+            pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
+            self.fail(Failure::SendError);
+        }
+    }
+
     /// Hands a held TMF Response to libiscsi (completion context).
     pub(super) fn deliver_held(&self, bhs: Bhs) {
         if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(bhs.bytes(), &[])) {
@@ -261,12 +289,7 @@ impl QpHandler for IserConn {
             return;
         };
         if !wc.ok() {
-            self.counters.completion_failed(&wc);
-            trace::wc_error(trace::id(self), true, tag, wc.status);
-            if !wc.flushed() {
-                pr_err!("receive failed with status {}\n", wc.status);
-                self.fail(Failure::RecvError);
-            }
+            self.recv_failed(tag, wc);
             return;
         }
         self.received(&rcu, res, tag, wc);
@@ -274,12 +297,7 @@ impl QpHandler for IserConn {
 
     fn send_done(&self, tag: u32, wc: Wc) {
         if !wc.ok() {
-            self.counters.completion_failed(&wc);
-            trace::wc_error(trace::id(self), false, tag, wc.status);
-        }
-        if !wc.ok() && !wc.flushed() {
-            pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
-            self.fail(Failure::SendError);
+            self.send_failed(tag, wc);
         }
         if tag == UNSIGNALED_TAG {
             return;

@@ -582,10 +582,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         });
         if r.is_err() {
             // Requests before `bad` were posted and keep their effects.
-            let first_bad = (0..ops.len())
-                // SAFETY: `i` is inside `regs`; only addresses are compared.
-                .position(|i| core::ptr::eq(unsafe { &raw const (*base.add(i)).wr }, bad))
-                .unwrap_or(0);
+            let first_bad = Self::refused_at(&regs[..ops.len()], bad);
             Self::unwind(&before, &held, first_bad);
             *posted = first_bad;
             return r;
@@ -618,8 +615,19 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         Ok((&raw const t.cqe).cast_mut())
     }
 
+    /// The index in `chain` of the request the provider refused (`bad`),
+    /// 0 if it named none of them.
+    #[cold]
+    fn refused_at(chain: &[bindings::ib_reg_wr], bad: *const bindings::ib_send_wr) -> usize {
+        chain
+            .iter()
+            .position(|w| core::ptr::eq(&w.wr, bad))
+            .unwrap_or(0)
+    }
+
     /// Undoes the MR states and tag holds of requests `from..` of a chain
     /// that were not posted.
+    #[cold]
     fn unwind(before: &[Option<(&MrSlot, bool, u32)>], held: &[Option<&Tag>], from: usize) {
         for (s, valid, rkey) in before.iter().skip(from).flatten().rev() {
             s.reg_rkey.store(*rkey, Ordering::Release);
