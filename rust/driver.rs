@@ -394,9 +394,9 @@ impl TransportOps for Iser {
         }
         // Read before sending: once posted, the task may complete (and be
         // cleaned up) on another CPU.
-        let n = u64::from(task.data_len());
+        let len = task.data_len();
         let dir = task.direction();
-        let (unregistered, broken) = res.send_command(task).inspect_err(|e| {
+        let (unregistered, broken) = res.send_command(task, dir, len).inspect_err(|e| {
             if *e == EAGAIN || *e == ENOMEM {
                 ep.counters.sq_full.fetch_add(1, Ordering::Relaxed);
             }
@@ -412,6 +412,7 @@ impl TransportOps for Iser {
             drop(res);
             ep.fail_later(why);
         }
+        let n = u64::from(len);
         match dir {
             Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
             Direction::Read => ep.rx_octets.fetch_add(n, Ordering::Relaxed),

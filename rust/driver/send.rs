@@ -127,19 +127,22 @@ impl Res {
     /// and one for each SEND naming its data (dropped at its completion),
     /// so libiscsi completes it only when the target can no longer reach
     /// its memory.
+    /// `dir` and `len` are the task's direction and data length, which the
+    /// caller read.
     pub(super) fn send_command(
         &self,
         task: &mut Task<'_, Iser>,
+        dir: Direction,
+        len: u32,
     ) -> Result<(bool, Option<Failure>)> {
         let idx = task.index();
         let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
-        let dir = match task.direction() {
+        let dir = match dir {
             Direction::None => DataDir::None,
             Direction::Read => DataDir::Read,
             Direction::Write => DataDir::Write,
             Direction::Bidi => DataDir::Bidi,
         };
-        let len = task.data_len();
         // The data is mapped first: how many segments it takes decides
         // whether it needs a registration.
         if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
