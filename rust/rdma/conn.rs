@@ -25,6 +25,7 @@ use crate::{
 };
 use core::{
     marker::PhantomData,
+    mem::MaybeUninit,
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
 };
@@ -462,7 +463,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             ops.len()
         };
         let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
-        let mut sges: [[bindings::ib_sge; 2]; MAX_CHAIN] = Default::default();
+        // Written before a request names them: the provider reads only
+        // the `num_sge` entries a request has.
+        let mut sges: [[MaybeUninit<bindings::ib_sge>; 2]; MAX_CHAIN] =
+            [const { [const { MaybeUninit::uninit() }; 2] }; MAX_CHAIN];
         let mut held: [Option<&Tag>; MAX_CHAIN] = [None; MAX_CHAIN];
         // The MR states before this chain: (valid, reg_rkey) per request.
         let mut before: [Option<(&MrSlot, bool, u32)>; MAX_CHAIN] = [None; MAX_CHAIN];
@@ -525,20 +529,20 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     keep,
                 } => {
                     for (j, s) in list.iter().enumerate() {
-                        sges[i][j] = s.raw();
+                        sges[i][j].write(s.raw());
                     }
                     let cqe = self.hold_tag(*tag, *keep, i, &before, &mut held)?;
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
                     // SAFETY: Writing the `wr_cqe` member of the union.
                     unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
-                    w.wr.sg_list = sges[i].as_mut_ptr();
+                    w.wr.sg_list = sges[i].as_mut_ptr().cast();
                     // CAST: one or two entries.
                     w.wr.num_sge = list.len() as c_int;
                     // CAST: the flag fits an int.
                     w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
                 }
                 SendOp::InlineSend { tag, bytes } => {
-                    sges[i][0] = bindings::ib_sge {
+                    sges[i][0].write(bindings::ib_sge {
                         // Inline data is named by its kernel virtual
                         // address, which the provider copies from while
                         // posting.
@@ -546,9 +550,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                         // CAST: at most `max_inline` bytes, a u32.
                         length: bytes.len() as u32,
                         lkey: self.pd.local_dma_lkey(),
-                    };
+                    });
                     w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
-                    w.wr.sg_list = sges[i].as_mut_ptr();
+                    w.wr.sg_list = sges[i].as_mut_ptr().cast();
                     w.wr.num_sge = 1;
                     let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
                     let cqe = match tag {
@@ -576,7 +580,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // buffers are held by their tags until completion.
         // SAFETY: The QP is valid (not destroyed: checked on entry, and
         // `destroy_qp` needs `&mut self`); the chain, the inline bytes and
-        // the MRs it names outlive the call.
+        // the MRs it names outlive the call; each request's `num_sge`
+        // entries of `sges` were written above.
         let r = to_result(unsafe {
             bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
         });

@@ -280,5 +280,6 @@ pub(crate) enum Access {
     RemoteWrite,
 }
 
-/// The most work requests one [`Connection::post_send`] takes.
-pub(crate) const MAX_CHAIN: usize = 4;
+/// The most work requests one [`Connection::post_send`] takes: the longest
+/// chain riser posts is a command's LOCAL_INV, REG_MR and SEND.
+pub(crate) const MAX_CHAIN: usize = 3;
