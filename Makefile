@@ -46,10 +46,21 @@ KDIR ?= $(shell $(CURDIR)/scripts/setup --print-kdir)
 FAST_KDIR ?= $(shell $(CURDIR)/scripts/setup --flavour fast --print-kdir 2>/dev/null)
 LLVM ?= -19
 RUSTFMT ?= rustfmt
+# A tree scripts/setup built says which toolchain built it (LLVM=-19 and the
+# bindgen on PATH for the debug flavour, LLVM=-22 and a bindgen 0.72.1 of
+# its own for the fast one), and riser.ko is built with the same.
+-include $(KDIR)/riser-toolchain.mk
 # A tree scripts/distro-kernel prepared for a distribution's kernel says
 # which toolchain builds for it (LLVM off, its gcc and rustc release).
 -include $(KDIR)/riser-distro.mk
-KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) $(KMAKE_DISTRO)
+# bindgen loads the newest libclang it finds unless LIBCLANG_PATH names one,
+# and bindgen 0.71.1 does not work with libclang 22 (installed for the fast
+# flavour): the libclang of the tree's LLVM, else (a distribution's tree, a
+# tree without riser-toolchain.mk) LLVM 19's, which bindgen 0.71.1 works with.
+LIBCLANG_PATH ?= /usr/lib/llvm$(if $(LLVM),$(LLVM),-19)/lib
+export LIBCLANG_PATH
+KMAKE_TOOLS = LLVM=$(LLVM) $(if $(BINDGEN),BINDGEN=$(BINDGEN)) $(KMAKE_DISTRO)
+KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(KMAKE_TOOLS)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
@@ -106,7 +117,7 @@ inject:
 	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
 	@mkdir -p out/fault-build
 	rsync -a --delete Kbuild include rust scripts out/fault-build/
-	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/fault-build LLVM=$(LLVM) RISER_FAULT_INJECTION=1 W=1e modules
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/fault-build $(KMAKE_TOOLS) RISER_FAULT_INJECTION=1 W=1e modules
 
 $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out
