@@ -238,6 +238,9 @@ distro-check:
 	RISER_EXPECT_KUNIT=0 RISER_DISTRO_KO=$(CURDIR)/out/distro-build/riser.ko \
 		tests/run-guest --kdir "$$(scripts/distro-kernel --vmlinuz)" tests/guest/distro.sh
 
+# The kernel's clean leaves the LLVM bitcode of a build for a tree with
+# CONFIG_RUST_INLINE_HELPERS (rust/riser_main.bc and .m.bc, linked with the
+# kernel's helpers into riser_main.o).
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean
-	rm -rf rust/bindings_generated.rs tests/host/target tests/fuzz/target
+	rm -rf rust/bindings_generated.rs rust/*.bc tests/host/target tests/fuzz/target
