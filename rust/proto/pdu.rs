@@ -154,6 +154,7 @@ impl RxPdu {
     /// STags); the BHS must carry a target opcode and no additional header
     /// segment; the declared data segment must have arrived, followed by at
     /// most 4 bytes of padding.
+    #[inline]
     pub(crate) fn parse(buf: &[u8], byte_len: usize) -> Result<Self, ProtoError> {
         let rx = buf.get(..byte_len).ok_or(ProtoError::Overrun)?;
         if rx.len() < HEADERS_LEN {

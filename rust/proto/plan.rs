@@ -136,6 +136,7 @@ pub(crate) fn dataouts(unsol: u32, max_xmit: u32) -> Result<u32, PlanError> {
 }
 
 /// The plan for `c`.
+#[inline]
 pub(crate) fn plan(c: &Command) -> Result<Plan, PlanError> {
     let (advert, all_imm) = match c.dir {
         DataDir::Bidi => return Err(PlanError::Bidi),
