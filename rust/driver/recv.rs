@@ -295,6 +295,7 @@ impl QpHandler for IserConn {
         self.received(&rcu, res, tag, wc);
     }
 
+    #[inline]
     fn send_done(&self, tag: u32, wc: Wc) {
         if !wc.ok() {
             self.send_failed(tag, wc);
