@@ -127,6 +127,7 @@ impl Res {
     /// and one for each SEND naming its data (dropped at its completion),
     /// so libiscsi completes it only when the target can no longer reach
     /// its memory.
+    ///
     /// `dir` and `len` are the task's direction and data length, which the
     /// caller read.
     pub(super) fn send_command(
