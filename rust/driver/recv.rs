@@ -241,24 +241,20 @@ impl IserConn {
         self.hand_on(rcu, bhs, data)
     }
 
-    /// A receive completed in error (flushed at teardown, or failed).
+    /// A receive (`recv`) or a send completed in error: flushed at
+    /// teardown, or failed, which fails the connection. What a send's tag
+    /// held is released by the caller all the same.
     #[cold]
-    fn recv_failed(&self, tag: u32, wc: Wc) {
+    fn wc_failed(&self, recv: bool, tag: u32, wc: Wc) {
         self.counters.completion_failed(&wc);
-        trace::wc_error(trace::id(self), true, tag, wc.status);
-        if !wc.flushed() {
+        trace::wc_error(trace::id(self), recv, tag, wc.status);
+        if wc.flushed() {
+            return;
+        }
+        if recv {
             pr_err!("receive failed with status {}\n", wc.status);
             self.fail(Failure::RecvError);
-        }
-    }
-
-    /// A send completed in error (flushed at teardown, or failed): what
-    /// its tag held is released by the caller all the same.
-    #[cold]
-    fn send_failed(&self, tag: u32, wc: Wc) {
-        self.counters.completion_failed(&wc);
-        trace::wc_error(trace::id(self), false, tag, wc.status);
-        if !wc.flushed() {
+        } else {
             pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
             self.fail(Failure::SendError);
         }
@@ -289,7 +285,7 @@ impl QpHandler for IserConn {
             return;
         };
         if !wc.ok() {
-            self.recv_failed(tag, wc);
+            self.wc_failed(true, tag, wc);
             return;
         }
         self.received(&rcu, res, tag, wc);
@@ -298,7 +294,7 @@ impl QpHandler for IserConn {
     #[inline]
     fn send_done(&self, tag: u32, wc: Wc) {
         if !wc.ok() {
-            self.send_failed(tag, wc);
+            self.wc_failed(false, tag, wc);
         }
         if tag == UNSIGNALED_TAG {
             return;
