@@ -39,7 +39,7 @@ use crate::{
         sizing::{self, Params},
     },
     rdma::{
-        conn::{DmaBuf, DmaDir, DmaSg},
+        conn::{DmaSg, RecvBuf},
         Client,
     },
     registry::registry,
@@ -50,7 +50,6 @@ use conn::IserConn;
 use core::net::SocketAddr;
 use core::sync::atomic::Ordering;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
-use res::{RxBufs, RxCopy};
 
 /// The module: the registered transport, the queue that frees torn-down
 /// connections, the RDMA client and the SCSI host template, torn down in
@@ -318,7 +317,7 @@ impl TransportOps for Iser {
         ep.recv_size.store(size, Ordering::Relaxed);
         let (dev, count) = {
             let res = ep.res().ok_or(ENOTCONN)?;
-            if res.ff_rx.as_ref().is_some() {
+            if res.ff_recvs.as_ref().is_some() {
                 return Ok(rewrite);
             }
             let count = if discovery {
@@ -332,15 +331,20 @@ impl TransportOps for Iser {
         let len = HEADERS_LEN + size as usize;
         let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
         for _ in 0..count {
-            bufs.push(DmaBuf::new(&dev, len, DmaDir::FromDevice)?, GFP_KERNEL)?;
+            bufs.push(RecvBuf::new(&dev, len)?, GFP_KERNEL)?;
         }
-        let bufs = RxBufs {
-            bufs,
-            copy: RxCopy::new(len)?,
-        };
+        let res = ep.res().ok_or(ENOTCONN)?;
+        for (tag, b) in (1..=count).zip(bufs) {
+            // A tag given its buffer by an earlier attempt that failed
+            // part way keeps it (they are all alike).
+            match res.conn.give_recv_buf(tag, b) {
+                Ok(()) | Err(EBUSY) => {}
+                Err(e) => return Err(e),
+            }
+        }
         // A target may answer the transit without taking it; the next
         // request's buffers are then the ones already made.
-        let _ = ep.res().ok_or(ENOTCONN)?.ff_rx.populate(bufs);
+        let _ = res.ff_recvs.populate(count);
         Ok(rewrite)
     }
 

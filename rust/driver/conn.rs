@@ -428,7 +428,7 @@ impl IserConn {
         let n_dataout = sizing.max_cmds * DATAOUT_SLOTS_PER_CMD;
         let made = Bufs::new(&ctx.dev, sizing.max_cmds, n_dataout)
             .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
-        let (bufs, slot) = match made {
+        let (mut bufs, slot) = match made {
             Ok(m) => m,
             Err(e) => {
                 pr_err!("cannot allocate the connection's buffers: {:?}\n", e);
@@ -454,6 +454,11 @@ impl IserConn {
                 return Err(e);
             }
         };
+        // Should it fail (it cannot: tag 0 is new and the buffer is on the
+        // QP's device), the login requests fail to post their receive.
+        if let Some(Err(e)) = bufs.login_rx.take().map(|b| conn.give_recv_buf(0, b)) {
+            pr_err!("cannot give the login receive its buffer: {:?}\n", e);
+        }
         let mut private = [0u8; ISER_CM_HDR_LEN];
         // Encoding four bytes into four bytes cannot fail.
         let _ = CmHeader {

@@ -29,10 +29,6 @@ pub(crate) enum Failure {
     InvalidatePost,
     /// No memory for the invalidations a TMF Response needs.
     TmfNoMemory,
-    /// A receive completed for a buffer riser never posted.
-    UnknownRecvBuffer,
-    /// A receive buffer could not be read.
-    RecvUnreadable,
     /// A receive could not be posted again.
     RepostFailed,
     /// The target sent a PDU that does not parse.
@@ -86,8 +82,6 @@ impl Failure {
             Self::SecondResponse => "second response to a command",
             Self::InvalidatePost => "cannot post a LOCAL_INV",
             Self::TmfNoMemory => "no memory for a TMF's invalidations",
-            Self::UnknownRecvBuffer => "receive completion for an unknown buffer",
-            Self::RecvUnreadable => "receive buffer unreadable",
             Self::RepostFailed => "cannot repost a receive",
             Self::MalformedPdu => "malformed PDU",
             Self::DataInOrR2t => "Data-In or R2T over iSER",

@@ -16,7 +16,7 @@ use crate::{
         ProtoError,
     },
     rdma::{
-        conn::{QpHandler, Wc, UNSIGNALED_TAG},
+        conn::{QpHandler, Received, Wc, UNSIGNALED_TAG},
         AsyncEvent,
     },
     trace,
@@ -26,34 +26,24 @@ use kernel::{prelude::*, sync::rcu};
 
 impl IserConn {
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.
-    pub(super) fn received(&self, rcu: &rcu::Guard, res: &Res, tag: u32, wc: Wc) {
-        let (buf, copy, ff) = if tag == 0 {
-            (&res.login_rx, &res.login_copy, false)
-        } else {
-            let ring = res.ff_rx.as_ref();
-            let Some((b, c)) = ring.and_then(|r| Some((r.bufs.get(tag as usize - 1)?, &r.copy)))
-            else {
-                self.fail(Failure::UnknownRecvBuffer);
-                return;
-            };
-            (b, c, true)
-        };
-        match copy.with(buf, wc.byte_len, |bytes| self.deliver(rcu, res, bytes, wc)) {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => self.fail(why),
-            Err(_) => self.fail(Failure::RecvUnreadable),
+    /// The PDU is read in place, in the receive buffer, which is not
+    /// posted again (so not written) until the repost ends the read.
+    pub(super) fn received(&self, rcu: &rcu::Guard, res: &Res, rx: Received<'_, Self>) {
+        if let Err(why) = self.deliver(rcu, res, rx.bytes(), rx.wc()) {
+            self.fail(why);
         }
-        if ff {
+        // The login receive (tag 0) is posted anew for each login request.
+        if rx.tag() != 0 {
             // One repost per completion: a receive fewer, and the target's
             // next PDU meets an RNR.
-            if let Err(e) = res.conn.post_recv(tag, buf) {
-                self.repost_failed(e);
+            if let Err(e) = rx.repost() {
+                self.lost_recv(e);
             }
         }
     }
 
     #[cold]
-    fn repost_failed(&self, e: Error) {
+    fn lost_recv(&self, e: Error) {
         if self.is_up() {
             // One receive fewer than the target may send: its next PDUs
             // would stall the connection (RNR). Fail it now.
@@ -228,12 +218,11 @@ impl IserConn {
             }
             // Post the full-feature receives before libiscsi sees the last
             // login response, so the target's first PDU finds one.
-            let Some(bufs) = res.ff_rx.as_ref() else {
+            let Some(&n) = res.ff_recvs.as_ref() else {
                 return Err(Failure::NoFullFeatureBuffers);
             };
-            for (i, b) in bufs.bufs.iter().enumerate() {
-                // CAST: the count came from a u32.
-                if res.conn.post_recv(1 + i as u32, b).is_err() {
+            for tag in 1..=n {
+                if res.conn.post_recv(tag).is_err() {
                     return Err(Failure::FullFeaturePost);
                 }
             }
@@ -277,18 +266,23 @@ impl QpHandler for IserConn {
         }
     }
 
-    fn recv_done(&self, tag: u32, wc: Wc) {
+    fn recv_done(&self, rx: Received<'_, Self>) {
         // One read section for the whole receive: the resources and, once
         // the PDU is checked, libiscsi's connection.
         let rcu = rcu::read_lock();
         let Some(res) = self.res_in(&rcu) else {
             return;
         };
+        let wc = rx.wc();
         if !wc.ok() {
-            self.wc_failed(true, tag, wc);
+            self.wc_failed(true, rx.tag(), wc);
             return;
         }
-        self.received(&rcu, res, tag, wc);
+        self.received(&rcu, res, rx);
+    }
+
+    fn repost_failed(&self, _tag: u32, e: Error) {
+        self.lost_recv(e);
     }
 
     #[inline]

@@ -10,17 +10,17 @@ use crate::{
         pdu::{Bhs, HEADERS_LEN},
         sizing::{self, ConnSizing},
     },
-    rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir},
+    rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir, RecvBuf},
 };
 use core::num::NonZeroU32;
 use core::sync::atomic::AtomicBool;
 use core::sync::atomic::AtomicU32;
 use core::sync::atomic::AtomicU64;
 use kernel::{
-    alloc::{KBox, KVVec, KVec},
-    new_spinlock, new_spinlock_irq,
+    alloc::{KBox, KVec},
+    new_spinlock_irq,
     prelude::*,
-    sync::{Arc, SetOnce, SpinLock, SpinLockIrq},
+    sync::{Arc, SetOnce, SpinLockIrq},
 };
 
 /// The resources of a connected iSER connection. Dropping it (after the
@@ -43,9 +43,6 @@ pub(super) struct Res {
     /// Buffers of control PDUs that carry data (login, text, NOP-Out with
     /// ping data), sent on tags `0..CTRL_TX`.
     pub(super) ctrl_tx: KVec<Arc<DmaBuf>>,
-    pub(super) login_rx: Arc<DmaBuf>,
-    /// Where a login or text response is parsed from.
-    pub(super) login_copy: RxCopy,
     /// One header buffer per task slot: command and control PDUs.
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
@@ -55,7 +52,9 @@ pub(super) struct Res {
     /// reserves all it needs before anything of it is posted. Taken by
     /// `xmit_task`, given back by it and by send completions (softirq).
     pub(super) dataout_avail: AtomicU32,
-    pub(super) ff_rx: SetOnce<RxBufs>,
+    /// How many full-feature receives (tags `1..=n`) were given their
+    /// buffers; set once, before the last login request is sent.
+    pub(super) ff_recvs: SetOnce<u32>,
     /// The full-feature receives were posted (once: a second full-feature
     /// Login Response is refused). Set by the receive path.
     pub(super) ff_posted: AtomicBool,
@@ -82,51 +81,12 @@ impl Drop for Res {
     }
 }
 
-/// A copy of a completed receive, for the CPU to parse the PDU from: a
-/// receive buffer is DMA memory, which is only ever copied out of (see
-/// [`DmaBuf`]). One per set of receive buffers, as large as one of them;
-/// its lock, taken for the parse and the hand-off to libiscsi, makes it the
-/// receive path's alone whatever the CQ's polling does. Only the
-/// completion handler takes it, so it is never contended.
-pub(super) struct RxCopy(Pin<KBox<SpinLock<KVVec<u8>>>>);
-
-impl RxCopy {
-    /// A copy for receive buffers of `len` bytes.
-    pub(super) fn new(len: usize) -> Result<Self> {
-        let v = KVVec::from_elem(0u8, len, GFP_KERNEL)?;
-        Ok(Self(KBox::pin_init(new_spinlock!(v), GFP_KERNEL)?))
-    }
-
-    /// Copies the `byte_len` bytes a receive completion reports from `buf`
-    /// and hands them to `f`. The device's count is not trusted: no more
-    /// than the buffer holds is copied (a longer count is then seen by the
-    /// parser as the overrun it is).
-    pub(super) fn with<R>(
-        &self,
-        buf: &DmaBuf,
-        byte_len: u32,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<R> {
-        // CAST: a u32 fits a usize.
-        let n = (byte_len as usize).min(buf.len());
-        let mut copy = self.0.lock();
-        let dst = copy.get_mut(..n).ok_or(EINVAL)?;
-        buf.read(0, dst)?;
-        Ok(f(dst))
-    }
-}
-
-/// The full-feature receive buffers and their copy.
-pub(super) struct RxBufs {
-    pub(super) bufs: KVec<Arc<DmaBuf>>,
-    pub(super) copy: RxCopy,
-}
-
 /// The buffers of a connection, made before its QP.
 pub(super) struct Bufs {
     pub(super) ctrl_tx: KVec<Arc<DmaBuf>>,
-    pub(super) login_rx: Arc<DmaBuf>,
-    pub(super) login_copy: RxCopy,
+    /// Receive tag 0's buffer, for login responses: given to the
+    /// connection once it is made.
+    pub(super) login_rx: Option<RecvBuf>,
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     pub(super) dataout: KVec<Arc<DmaBuf>>,
     pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
@@ -156,8 +116,7 @@ impl Bufs {
         }
         Ok(Self {
             ctrl_tx,
-            login_rx: DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::FromDevice)?,
-            login_copy: RxCopy::new(HEADERS_LEN + LOGIN_DATA)?,
+            login_rx: Some(RecvBuf::new(dev, HEADERS_LEN + LOGIN_DATA)?),
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
             dataout_free: KBox::pin_init(new_spinlock_irq!(dataout_free), GFP_KERNEL)?,
@@ -181,14 +140,12 @@ impl Res {
             dev,
             sizing,
             ctrl_tx: b.ctrl_tx,
-            login_rx: b.login_rx,
-            login_copy: b.login_copy,
             tx_hdrs: b.tx_hdrs,
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
             dataout_free: b.dataout_free,
             track: b.track,
-            ff_rx: SetOnce::default(),
+            ff_recvs: SetOnce::default(),
             ff_posted: AtomicBool::new(false),
             remote_inv,
             inline_sends: AtomicU32::new(0),

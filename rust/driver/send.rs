@@ -92,7 +92,7 @@ impl Res {
             // The large login receive is posted for every login round (a
             // CHAP login takes several); it is still posted if the previous
             // round had no answer.
-            match self.conn.post_recv(0, &self.login_rx) {
+            match self.conn.post_recv(0) {
                 Ok(()) | Err(EBUSY) => {}
                 Err(e) => return Err(e),
             }

@@ -27,12 +27,19 @@ use core::{
     marker::PhantomData,
     mem::MaybeUninit,
     ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering},
 };
-use kernel::{alloc::KVec, error::to_result, prelude::*, sync::Arc, types::ForeignOwnable};
+use kernel::{
+    alloc::KVec,
+    error::to_result,
+    prelude::*,
+    sync::{Arc, SetOnce},
+    types::ForeignOwnable,
+};
 
 mod dma;
 mod mr;
+mod rx;
 mod wr;
 
 pub(crate) use super::device::DeviceRef;
@@ -41,6 +48,8 @@ use crate::sg::SgMapping;
 pub(crate) use dma::{DmaBuf, DmaSg};
 pub(crate) use mr::MrClaim;
 use mr::MrSlot;
+use rx::RecvSlot;
+pub(crate) use rx::{Received, RecvBuf};
 use wr::Tag;
 pub(crate) use wr::{Access, QpHandler, Registration, SendOp, Sge, Wc, MAX_CHAIN, UNSIGNALED_TAG};
 
@@ -77,7 +86,7 @@ pub(crate) struct ConnCaps {
 pub(crate) struct Connection<H: CmHandler + QpHandler> {
     qp: NonNull<bindings::ib_qp>,
     qp_destroyed: bool,
-    recv_tags: KVec<Tag>,
+    recv_tags: KVec<RecvSlot>,
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
     mrs: KVec<MrSlot>,
@@ -171,10 +180,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     fn parts(
         pd: &Arc<Pd>,
         caps: ConnCaps,
-    ) -> Result<(KVec<Tag>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
+    ) -> Result<(KVec<RecvSlot>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
         let mut recv = KVec::with_capacity(caps.recv_tags as usize, GFP_KERNEL)?;
         for i in 0..caps.recv_tags {
-            recv.push(Tag::new(i, Self::recv_done_cb), GFP_KERNEL)?;
+            recv.push(RecvSlot::new(i, Self::recv_done_cb), GFP_KERNEL)?;
         }
         let mut send = KVec::with_capacity(caps.send_tags as usize, GFP_KERNEL)?;
         for i in 0..caps.send_tags {
@@ -296,9 +305,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
         // INVARIANT: the QP is gone; nothing uses `qp` from here.
         self.qp_destroyed = true;
-        for t in Iterator::chain(self.recv_tags.iter(), self.send_tags.iter()) {
-            t.release();
-        }
+        self.recv_tags.iter().for_each(RecvSlot::reset);
+        self.send_tags.iter().for_each(Tag::release);
     }
 
     /// Whether send tag `tag` is free for a new work request: its last one
@@ -309,41 +317,32 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         self.send_tags.get(tag as usize).is_some_and(Tag::idle)
     }
 
-    /// Posts a receive of `buf` (all of it) completing on tag `tag`.
-    pub(crate) fn post_recv(&self, tag: u32, buf: &Arc<DmaBuf>) -> Result {
+    /// Gives receive tag `tag` its buffer, which it keeps for the
+    /// connection's life; once per tag (`EBUSY` after). The buffer must be
+    /// mapped on the connection's device.
+    pub(crate) fn give_recv_buf(&self, tag: u32, buf: RecvBuf) -> Result {
+        let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
+        // Its receives name it with the PD's lkey, on this device, and
+        // its length as a u32.
+        if buf.device_ptr() != self.pd.device_ptr() || u32::try_from(buf.len()).is_err() {
+            return Err(EINVAL);
+        }
+        t.give(buf, self.pd.local_dma_lkey())
+    }
+
+    /// Posts a receive of tag `tag`'s buffer (all of it), completing on the
+    /// tag. A tag whose last receive is being read ([`Received`]) is
+    /// posted once that read ends. `EBUSY` if its receive is posted (or
+    /// its repost already asked for), `EINVAL` if it has no buffer.
+    pub(crate) fn post_recv(&self, tag: u32) -> Result {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
         let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
-        if fault::hit(Site::PostRecv) {
-            return Err(EIO);
-        }
-        // The device writes a receive: the buffer must be mapped for it
-        // to (and, as `sge` checks, on this connection's device).
-        if buf.dir != DmaDir::FromDevice {
-            return Err(EINVAL);
-        }
-        let mut sge = buf.sge(0, buf.len(), &self.pd)?.raw();
-        // The tag first: a buffer still posted (or being read after its
-        // completion, before its repost) is not handed to the device again.
-        t.hold(Some(buf))?;
-        buf.give_to_device();
-        let mut wr = bindings::ib_recv_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            ..Default::default()
-        };
-        // SAFETY: Writing the `wr_cqe` member of the union.
-        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const t.cqe).cast_mut() };
-        let mut bad = core::ptr::null();
         // SAFETY: The QP is valid (not destroyed: checked on entry, and
-        // `destroy_qp` needs `&mut self`); `wr` and `sge` outlive the call; the tag
-        // and the buffer stay valid until the completion (held above).
-        let r = to_result(unsafe { bindings::riser_ib_post_recv(self.qp.as_ptr(), &wr, &mut bad) });
-        if r.is_err() {
-            t.release();
-        }
-        r
+        // `destroy_qp` needs `&mut self`); the tag's completions reach
+        // this connection's handler.
+        unsafe { t.post(self.qp.as_ptr()) }
     }
 
     /// Takes MR `mr` for exclusive use until the returned claim is
@@ -670,19 +669,29 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Called by ib_core's CQ polling with a completion of a receive posted
     /// by [`Connection::post_recv`].
     unsafe extern "C" fn recv_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-        // `wr_cqe` is the first field of one of this connection's `Tag`s; the
-        // QP's context is the `Arc<H>` the id owns, alive until the QP is gone.
+        // `wr_cqe` is the first field of one of this connection's
+        // `RecvSlot`s; the QP's context is the `Arc<H>` the id owns, alive
+        // until the QP is gone, which is after its completions are handled.
         // SAFETY: ib_core passes a valid completion of this connection's QP.
-        let (tag, h, w) = unsafe {
+        let (slot, qp, h, w) = unsafe {
             let wc = &*wc;
-            let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
-            (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
+            let slot = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<RecvSlot>();
+            (
+                slot,
+                wc.qp,
+                Arc::<H>::borrow((*wc.qp).qp_context),
+                Self::wc(wc),
+            )
         };
-        let id = tag.id;
-        // The buffer stays alive for the handler through the driver's own
-        // reference; the tag's hold ends here.
-        tag.release();
-        h.recv_done(id, w);
+        let Some(qp) = NonNull::new(qp) else {
+            return;
+        };
+        let h: &H = &h;
+        // SAFETY: The slot's receive completed with `w` on `qp`, valid while
+        // its completion is handled; one completion per posted receive, so
+        // no other `Received` of the slot lives.
+        let rx = unsafe { Received::new(slot, qp, h, w) };
+        h.recv_done(rx);
     }
 
     /// # Safety

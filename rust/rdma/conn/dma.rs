@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Memory the device reads or writes: kernel buffers mapped for DMA
-//! ([`DmaBuf`], touched by the CPU only through volatile copies) and SCSI
-//! scatterlists mapped for a command ([`DmaSg`]).
+//! ([`DmaBuf`], written by the CPU only through volatile copies; a
+//! [`RecvBuf`] owns one the device writes) and SCSI scatterlists mapped
+//! for a command ([`DmaSg`]).
 
 use super::*;
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///
-/// The CPU reaches the buffer's memory only through [`DmaBuf::write`] and
-/// [`DmaBuf::read`], which copy into and out of it with volatile accesses,
-/// and no reference into that memory is ever handed out. Any use from
-/// safe code is therefore sound: two CPUs writing one buffer, or one
-/// writing while another reads (or while the device does), race only on
-/// marked accesses, which the kernel memory model defines (as
-/// `WRITE_ONCE`/`READ_ONCE`): the bytes seen may be a mix, nothing worse.
+/// The CPU reaches the buffer's memory only through [`DmaBuf::write`],
+/// which copies into it with volatile stores, and no reference into that
+/// memory is ever handed out; the exception is the [`RecvBuf`] that owns
+/// one, unshared and never written by the CPU, whose bytes are read in
+/// place between a receive's completion and its repost (see `rx`). Any use
+/// from safe code is therefore sound: two CPUs writing one buffer (or one
+/// while the device reads it) race only on marked accesses, which the
+/// kernel memory model defines (as `WRITE_ONCE`): the bytes the device
+/// sees may be a mix, nothing worse.
 /// Whether the bytes make sense (one writer at a time, no write while a
 /// posted work request still reads the buffer) is the driver's concern,
 /// which it meets by giving each buffer to one work request or task at a
@@ -35,7 +38,7 @@ pub(crate) struct DmaBuf {
 // SAFETY: The buffer is plain memory owned by the value.
 unsafe impl Send for DmaBuf {}
 // SAFETY: Shared references reach the buffer's memory only with volatile
-// copies (`write`, `read`), never through a Rust reference, so concurrent
+// copies (`write`), never through a Rust reference, so concurrent
 // use from several CPUs has no data race (see the type's documentation);
 // the other fields are not written after construction.
 unsafe impl Sync for DmaBuf {}
@@ -43,6 +46,11 @@ unsafe impl Sync for DmaBuf {}
 impl DmaBuf {
     /// Allocates `len` zeroed bytes and maps them on `dev`.
     pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Arc<Self>> {
+        Ok(Arc::new(Self::alloc(dev, len, dir)?, GFP_KERNEL)?)
+    }
+
+    /// As [`DmaBuf::new`], unshared.
+    pub(super) fn alloc(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Self> {
         let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
         v.resize(len, 0, GFP_KERNEL)?;
         let (ptr, vlen, cap) = v.into_raw_parts();
@@ -61,21 +69,13 @@ impl DmaBuf {
             return Err(ENOMEM);
         }
         // INVARIANT: allocated with capacity `len` and mapped at `addr`.
-        Ok(Arc::new(
-            Self {
-                dev: dev.clone(),
-                ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
-                len,
-                addr,
-                dir,
-            },
-            GFP_KERNEL,
-        )?)
-    }
-
-    /// The buffer's length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
+        Ok(Self {
+            dev: dev.clone(),
+            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+            len,
+            addr,
+            dir,
+        })
     }
 
     /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
@@ -137,27 +137,19 @@ impl DmaBuf {
         };
     }
 
-    /// Makes `dst.len()` bytes at `off`, as the device wrote them, visible
-    /// to the CPU and copies them into `dst`. Only those bytes are synced
-    /// and copied.
-    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> Result {
-        let end = off.checked_add(dst.len()).ok_or(EINVAL)?;
-        if end > self.len {
-            return Err(EINVAL);
-        }
-        // SAFETY: `off..end` is inside the allocation (checked) and mapped
-        // at `addr + off`; the allocation is only ever accessed with
-        // volatile copies, and `dst` is a distinct, exclusive borrow.
+    /// Makes the first `n` bytes (at most the buffer's), as the device wrote
+    /// them, visible to the CPU.
+    pub(super) fn take_from_device(&self, n: usize) {
+        // SAFETY: The buffer is mapped at `addr` for `len` bytes (type
+        // invariant), of which at most `len` are synced.
         unsafe {
             bindings::riser_ib_dma_sync_for_cpu(
                 self.dev.raw(),
-                self.addr + off as u64,
-                dst.len(),
+                self.addr,
+                n.min(self.len),
                 self.dir.raw(),
-            );
-            copy_from_volatile(dst.as_mut_ptr(), self.ptr.as_ptr().add(off), dst.len());
-        }
-        Ok(())
+            )
+        };
     }
 }
 
@@ -191,35 +183,6 @@ pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) 
         }
         for i in head + words * WORD..len {
             dst.add(i).write_volatile(src.add(i).read());
-        }
-    }
-}
-
-/// Copies `len` bytes from `src` to `dst`, loading from `src` only with
-/// volatile reads (as [`copy_to_volatile`] stores), so that a racing
-/// access to `src` from another CPU, itself volatile, is no data race.
-///
-/// # Safety
-///
-/// `src` must be valid for reads and `dst` for writes of `len` bytes; the
-/// ranges must not overlap; `src`'s memory must not be accessed other than
-/// with volatile accesses (or by a device) during the call.
-pub(super) unsafe fn copy_from_volatile(dst: *mut u8, src: *const u8, len: usize) {
-    let head = ((WORD - src.addr() % WORD) % WORD).min(len);
-    let words = (len - head) / WORD;
-    // SAFETY: As in `copy_to_volatile`, with the aligned, volatile side
-    // being `src` and the unaligned stores going to `dst`.
-    unsafe {
-        for i in 0..head {
-            dst.add(i).write(src.add(i).read_volatile());
-        }
-        for w in 0..words {
-            let i = head + w * WORD;
-            let v = src.add(i).cast::<usize>().read_volatile();
-            dst.add(i).cast::<usize>().write_unaligned(v);
-        }
-        for i in head + words * WORD..len {
-            dst.add(i).write(src.add(i).read_volatile());
         }
     }
 }
@@ -377,34 +340,27 @@ impl Drop for DmaSg {
 mod tests {
     use super::*;
 
-    /// Both volatile copies move exactly the `len` bytes asked for, and
+    /// The volatile copy moves exactly the `len` bytes asked for, and
     /// nothing around them, at every alignment of either side and every
     /// length up to a few words.
     #[test]
-    fn volatile_copies_move_exactly_the_bytes_asked_for() {
+    fn volatile_copy_moves_exactly_the_bytes_asked_for() {
         const N: usize = 4 * WORD + 8;
         // CAST: indexes below 256.
         let src: [u8; N] = core::array::from_fn(|i| i as u8 + 1);
         for so in 0..WORD {
             for d in 0..WORD {
                 for len in 0..=3 * WORD {
-                    for to in [true, false] {
-                        let mut dst = [0u8; N];
-                        // SAFETY: `so + len` and `d + len` are at most
-                        // `4 * WORD - 2`, inside both arrays, which are
-                        // distinct locals accessed by nothing else.
-                        unsafe {
-                            let (dp, sp) = (dst.as_mut_ptr().add(d), src.as_ptr().add(so));
-                            if to {
-                                copy_to_volatile(dp, sp, len);
-                            } else {
-                                copy_from_volatile(dp, sp, len);
-                            }
-                        }
-                        assert!(dst[..d].iter().all(|b| *b == 0));
-                        assert_eq!(dst[d..d + len], src[so..so + len]);
-                        assert!(dst[d + len..].iter().all(|b| *b == 0));
+                    let mut dst = [0u8; N];
+                    // SAFETY: `so + len` and `d + len` are at most
+                    // `4 * WORD - 2`, inside both arrays, which are
+                    // distinct locals accessed by nothing else.
+                    unsafe {
+                        copy_to_volatile(dst.as_mut_ptr().add(d), src.as_ptr().add(so), len);
                     }
+                    assert!(dst[..d].iter().all(|b| *b == 0));
+                    assert_eq!(dst[d..d + len], src[so..so + len]);
+                    assert!(dst[d + len..].iter().all(|b| *b == 0));
                 }
             }
         }

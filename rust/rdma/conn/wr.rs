@@ -126,8 +126,13 @@ impl Wc {
 /// Receives the completions of a [`Connection`]'s work requests, in softirq
 /// context, by the tag the work request was posted with.
 pub(crate) trait QpHandler: Send + Sync + 'static {
-    /// A receive completed.
-    fn recv_done(&self, tag: u32, wc: Wc);
+    /// A receive completed: `rx` reads it, and reposts it or (dropped)
+    /// leaves the tag idle.
+    fn recv_done(&self, rx: Received<'_, Self>);
+    /// A repost asked for while tag `tag`'s last receive was being read
+    /// ([`Connection::post_recv`] while a [`Received`] lived) failed when
+    /// the read ended: the tag is idle, with one receive fewer posted.
+    fn repost_failed(&self, tag: u32, e: Error);
     /// A signaled send completed, or any send failed. Unsignaled work
     /// requests (registration, invalidation) report with tag
     /// [`UNSIGNALED_TAG`], on error only.

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Receives: the connection's receive slots, each owning the buffer the
+//! device writes a PDU into, and [`Received`], through which a completion
+//! handler reads that PDU in place and reposts it.
+//!
+//! A receive buffer is read without a copy, so the types make sure nothing
+//! writes it while it is read: the slot owns it (it is never shared, and
+//! has no CPU write), and its state says who may touch it. The device
+//! writes it only while a receive naming it is posted (`POSTED`); from its
+//! completion until it is reposted it is the handler's to read (`READING`),
+//! through a [`Received`] whose borrow of it ends before a repost, which
+//! consumes the `Received`. A repost asked for meanwhile (by
+//! [`Connection::post_recv`], from any CPU) is deferred until then.
+
+use super::*;
+
+/// No receive of the slot is posted, or being read.
+const IDLE: u8 = 0;
+/// A receive is posted: the device may write the buffer.
+const POSTED: u8 = 1;
+/// Completed: a [`Received`] reads the buffer.
+const READING: u8 = 2;
+/// As `READING`, and a repost was asked for: it goes when the
+/// [`Received`] ends.
+const READING_REPOST: u8 = 3;
+
+/// Where a request to post a slot in state `s` takes it: `POSTED` (the
+/// caller posts now), `READING_REPOST` (posted when the read ends), or
+/// nowhere (`None`: a receive is posted, or a repost already asked for).
+fn after_post(s: u8) -> Option<u8> {
+    match s {
+        IDLE => Some(POSTED),
+        READING => Some(READING_REPOST),
+        _ => None,
+    }
+}
+
+/// Where the end of a read takes a slot in state `s` (`READING` or
+/// `READING_REPOST`): `POSTED` (the caller posts now) when a repost was
+/// asked for and the receive succeeded, else `IDLE`. A failed receive
+/// means the QP is being flushed: nothing is posted then.
+fn after_read(s: u8, ok: bool) -> u8 {
+    if s == READING_REPOST && ok {
+        POSTED
+    } else {
+        IDLE
+    }
+}
+
+/// A buffer the device writes received PDUs into, mapped on one device.
+/// Made by the driver and given to one receive slot of a [`Connection`]
+/// ([`Connection::give_recv_buf`]), which owns it from then on. Nothing
+/// writes it but the device, while a receive naming it is posted.
+pub(crate) struct RecvBuf(DmaBuf);
+
+impl RecvBuf {
+    /// Allocates `len` zeroed bytes and maps them on `dev` for it to write.
+    pub(crate) fn new(dev: &DeviceRef, len: usize) -> Result<Self> {
+        Ok(Self(DmaBuf::alloc(dev, len, DmaDir::FromDevice)?))
+    }
+
+    /// The buffer's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len
+    }
+    /// The device the buffer is mapped on.
+    pub(super) fn device_ptr(&self) -> *mut bindings::ib_device {
+        self.0.dev.raw()
+    }
+}
+
+/// One receive slot of a connection: the completion entry its receives
+/// name (first, so that a completion's `wr_cqe` leads back here), its tag,
+/// the buffer given to it and the lkey that names the buffer.
+///
+/// # Invariants
+///
+/// `state` is `POSTED` exactly while a receive naming `buf` is posted (or
+/// being posted by the caller that moved it there); from the completion
+/// of that receive it is `READING` or `READING_REPOST` while a
+/// [`Received`] of the slot lives, and only that [`Received`] moves it on.
+/// `buf`'s memory is written by nothing but the device, and by it only
+/// while `POSTED`.
+#[repr(C)]
+pub(super) struct RecvSlot {
+    pub(super) cqe: bindings::ib_cqe,
+    pub(super) id: u32,
+    state: AtomicU8,
+    buf: SetOnce<(RecvBuf, u32)>,
+}
+
+impl RecvSlot {
+    pub(super) fn new(
+        id: u32,
+        done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc),
+    ) -> Self {
+        Self {
+            cqe: bindings::ib_cqe { done: Some(done) },
+            id,
+            state: AtomicU8::new(IDLE),
+            buf: SetOnce::default(),
+        }
+    }
+
+    /// Gives the slot its buffer, named by `lkey`; once (`EBUSY` after).
+    pub(super) fn give(&self, buf: RecvBuf, lkey: u32) -> Result {
+        if self.buf.populate((buf, lkey)) {
+            Ok(())
+        } else {
+            Err(EBUSY)
+        }
+    }
+
+    /// Posts a receive of the slot's buffer on `qp`: now if the slot is
+    /// idle, once its [`Received`] ends if it is being read; `EBUSY` if a
+    /// receive of it is posted (or a repost already asked for), `EINVAL`
+    /// if it has no buffer.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be valid, and the QP whose completions reach this slot.
+    pub(super) unsafe fn post(&self, qp: *mut bindings::ib_qp) -> Result {
+        if self.buf.as_ref().is_none() {
+            return Err(EINVAL);
+        }
+        loop {
+            let s = self.state.load(Ordering::Acquire);
+            let next = after_post(s).ok_or(EBUSY)?;
+            if self
+                .state
+                .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // The state moved under us (a completion, or the end of
+                // its read): again.
+                continue;
+            }
+            if next != POSTED {
+                return Ok(());
+            }
+            // SAFETY: `qp` is valid (contract); the slot was moved to
+            // `POSTED` just above, by this call, so no `Received` of it
+            // lives.
+            return unsafe { self.post_now(qp) };
+        }
+    }
+
+    /// Hands the buffer to the device and posts its receive; on failure
+    /// the slot is idle again.
+    ///
+    /// # Safety
+    ///
+    /// `qp` as in [`RecvSlot::post`]; the caller moved the slot to
+    /// `POSTED` (so it alone posts it now) and no [`Received`] of it lives.
+    unsafe fn post_now(&self, qp: *mut bindings::ib_qp) -> Result {
+        let r = self.post_buf(qp);
+        if r.is_err() {
+            // INVARIANT: nothing was posted.
+            self.state.store(IDLE, Ordering::Release);
+        }
+        r
+    }
+
+    fn post_buf(&self, qp: *mut bindings::ib_qp) -> Result {
+        let (buf, lkey) = self.buf.as_ref().ok_or(EINVAL)?;
+        if fault::hit(Site::PostRecv) {
+            return Err(EIO);
+        }
+        let b = &buf.0;
+        buf.0.give_to_device();
+        let mut sge = bindings::ib_sge {
+            addr: b.addr,
+            // CAST: receive buffers are made from u32 sizes (`give` is
+            // refused one longer).
+            length: b.len as u32,
+            lkey: *lkey,
+        };
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        // SAFETY: Writing the `wr_cqe` member of the union.
+        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const self.cqe).cast_mut() };
+        let mut bad = core::ptr::null();
+        // SAFETY: `qp` is valid (the callers' contract); `wr` and `sge`
+        // outlive the call; the slot and its buffer live as long as the
+        // connection, whose QP is destroyed (its receives completed)
+        // before either goes.
+        to_result(unsafe { bindings::riser_ib_post_recv(qp, &wr, &mut bad) })
+    }
+
+    /// Back to idle once the QP is destroyed: no receive is posted then.
+    pub(super) fn reset(&self) {
+        self.state.store(IDLE, Ordering::Release);
+    }
+}
+
+/// A completed receive, handed to [`QpHandler::recv_done`]: the PDU is read
+/// in place ([`Received::bytes`]) and the buffer reposted
+/// ([`Received::repost`]) or left idle (dropped). While it lives, the
+/// slot's receive is not posted again, so the device does not write what
+/// the handler reads; a repost asked for meanwhile goes when it is dropped.
+///
+/// # Invariants
+///
+/// The slot is `READING` or `READING_REPOST`, moved there by the
+/// completion this value reports; `len` bytes of its buffer were synced for
+/// the CPU. `qp` is the slot's QP, valid while the completion is handled
+/// (`'a`: the QP is destroyed only after its completions are handled).
+pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
+    slot: &'a RecvSlot,
+    qp: NonNull<bindings::ib_qp>,
+    handler: &'a H,
+    wc: Wc,
+    len: usize,
+}
+
+impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
+    /// # Safety
+    ///
+    /// `slot`'s receive completed with `wc` on `qp` (valid for `'a`), and
+    /// no other [`Received`] of it lives.
+    pub(super) unsafe fn new(
+        slot: &'a RecvSlot,
+        qp: NonNull<bindings::ib_qp>,
+        handler: &'a H,
+        wc: Wc,
+    ) -> Self {
+        // The device is done writing: its receive completed.
+        slot.state.store(READING, Ordering::Release);
+        let len = match slot.buf.as_ref() {
+            // The device's count is not trusted: no more than the buffer
+            // holds (a longer count is then seen as the overrun it is).
+            // CAST: a u32 fits a usize.
+            Some((b, _)) if wc.ok() => {
+                let n = (wc.byte_len as usize).min(b.0.len);
+                b.0.take_from_device(n);
+                n
+            }
+            // A failed receive left nothing to read.
+            _ => 0,
+        };
+        // INVARIANT: moved to `READING` above; `len` bytes synced.
+        Self {
+            slot,
+            qp,
+            handler,
+            wc,
+            len,
+        }
+    }
+
+    /// The slot's tag.
+    pub(crate) fn tag(&self) -> u32 {
+        self.slot.id
+    }
+
+    /// The completion.
+    pub(crate) fn wc(&self) -> Wc {
+        self.wc
+    }
+
+    /// The bytes received (none if the receive failed), borrowed from the
+    /// buffer until the repost.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        let Some((b, _)) = self.slot.buf.as_ref() else {
+            return &[];
+        };
+        // SAFETY: `len` bytes of the buffer were written by the device,
+        // which is done with it, and synced for the CPU (type invariant).
+        // Nothing writes them while this borrow lives: the slot is not
+        // posted again before this value is consumed or dropped, which the
+        // borrow excludes, and nothing else writes a receive buffer. (A
+        // PD with a global rkey, `Pd::new_with_global_rkey`, lets the peer
+        // write all of memory, this buffer as much as any other.)
+        unsafe { core::slice::from_raw_parts(b.0.ptr.as_ptr(), self.len) }
+    }
+
+    /// Reposts the receive, ending the read.
+    pub(crate) fn repost(self) -> Result {
+        let this = core::mem::ManuallyDrop::new(self);
+        // INVARIANT: only this value moves the slot on from `READING`.
+        this.slot.state.store(POSTED, Ordering::Release);
+        // SAFETY: `qp` is valid and the slot's (type invariant); the slot
+        // was moved to `POSTED` just above, and this value, its
+        // `Received`, is gone with the call.
+        unsafe { this.slot.post_now(this.qp.as_ptr()) }
+    }
+}
+
+impl<H: QpHandler + ?Sized> Drop for Received<'_, H> {
+    fn drop(&mut self) {
+        let state = &self.slot.state;
+        // A post request may move `READING` to `READING_REPOST` meanwhile.
+        let next = loop {
+            let s = state.load(Ordering::Acquire);
+            let next = after_read(s, self.wc.ok());
+            if state
+                .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break next;
+            }
+        };
+        if next != POSTED {
+            return;
+        }
+        // SAFETY: As in `repost`: this value, the slot's `Received`, ends
+        // here, and moved the slot to `POSTED` just above.
+        if let Err(e) = unsafe { self.slot.post_now(self.qp.as_ptr()) } {
+            self.handler.repost_failed(self.slot.id, e);
+        }
+    }
+}
+
+#[kunit_tests(riser_rdma_rx)]
+mod tests {
+    use super::*;
+
+    /// A post request posts an idle slot, defers on one being read, and
+    /// is refused on one posted or with a repost already asked for.
+    #[test]
+    fn a_post_request_posts_defers_or_is_refused() {
+        assert_eq!(after_post(IDLE), Some(POSTED));
+        assert_eq!(after_post(READING), Some(READING_REPOST));
+        assert_eq!(after_post(POSTED), None);
+        assert_eq!(after_post(READING_REPOST), None);
+    }
+
+    /// The end of a read posts the slot only if a repost was asked for
+    /// and the receive succeeded; otherwise the slot is idle, so the next
+    /// request posts it.
+    #[test]
+    fn the_end_of_a_read_posts_only_a_deferred_repost() {
+        assert_eq!(after_read(READING, true), IDLE);
+        assert_eq!(after_read(READING, false), IDLE);
+        assert_eq!(after_read(READING_REPOST, true), POSTED);
+        assert_eq!(after_read(READING_REPOST, false), IDLE);
+        // A slot at rest takes a post request.
+        assert_eq!(after_post(after_read(READING, true)), Some(POSTED));
+    }
+}
