@@ -64,6 +64,7 @@ impl RecvBuf {
     pub(crate) fn len(&self) -> usize {
         self.0.len
     }
+
     /// The device the buffer is mapped on.
     pub(super) fn device_ptr(&self) -> *mut bindings::ib_device {
         self.0.dev.raw()
@@ -154,7 +155,8 @@ impl RecvSlot {
     /// `qp` as in [`RecvSlot::post`]; the caller moved the slot to
     /// `POSTED` (so it alone posts it now) and no [`Received`] of it lives.
     unsafe fn post_now(&self, qp: *mut bindings::ib_qp) -> Result {
-        let r = self.post_buf(qp);
+        // SAFETY: As this function's contract.
+        let r = unsafe { self.post_buf(qp) };
         if r.is_err() {
             // INVARIANT: nothing was posted.
             self.state.store(IDLE, Ordering::Release);
@@ -162,13 +164,18 @@ impl RecvSlot {
         r
     }
 
-    fn post_buf(&self, qp: *mut bindings::ib_qp) -> Result {
+    /// Posts the receive, for [`RecvSlot::post_now`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`RecvSlot::post_now`].
+    unsafe fn post_buf(&self, qp: *mut bindings::ib_qp) -> Result {
         let (buf, lkey) = self.buf.as_ref().ok_or(EINVAL)?;
         if fault::hit(Site::PostRecv) {
             return Err(EIO);
         }
         let b = &buf.0;
-        buf.0.give_to_device();
+        b.give_to_device();
         let mut sge = bindings::ib_sge {
             addr: b.addr,
             // CAST: receive buffers are made from u32 sizes (`give` is
@@ -184,7 +191,7 @@ impl RecvSlot {
         // SAFETY: Writing the `wr_cqe` member of the union.
         unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const self.cqe).cast_mut() };
         let mut bad = core::ptr::null();
-        // SAFETY: `qp` is valid (the callers' contract); `wr` and `sge`
+        // SAFETY: `qp` is valid (this function's contract); `wr` and `sge`
         // outlive the call; the slot and its buffer live as long as the
         // connection, whose QP is destroyed (its receives completed)
         // before either goes.
