@@ -218,10 +218,13 @@ impl DeviceRef {
 
 impl Clone for DeviceRef {
     fn clone(&self) -> Self {
-        // Taking another reference while holding one cannot fail.
-        // SAFETY: The device is valid and referenced (type invariant).
-        let ok = unsafe { bindings::riser_ib_device_try_get(self.raw()) };
-        debug_assert!(ok);
+        // Another reference while this one is held: the count is not zero,
+        // so a plain increment does what `ib_device_try_get` would (and is
+        // inlined, where that is a call: one per data mapping).
+        // SAFETY: The device is valid and referenced (type invariant), so
+        // its `refcount` is live and above zero.
+        unsafe { bindings::refcount_inc(&raw mut (*self.raw()).refcount) };
+        // INVARIANT: the reference was taken just above.
         Self { ptr: self.ptr }
     }
 }
