@@ -33,22 +33,13 @@ impl IserConn {
             self.fail(why);
         }
         // The login receive (tag 0) is posted anew for each login request.
-        if rx.tag() != 0 {
+        let tag = rx.tag();
+        if tag != 0 {
             // One repost per completion: a receive fewer, and the target's
             // next PDU meets an RNR.
             if let Err(e) = rx.repost() {
-                self.lost_recv(e);
+                self.repost_failed(tag, e);
             }
-        }
-    }
-
-    #[cold]
-    fn lost_recv(&self, e: Error) {
-        if self.is_up() {
-            // One receive fewer than the target may send: its next PDUs
-            // would stall the connection (RNR). Fail it now.
-            pr_err!("cannot repost a receive: {:?}\n", e);
-            self.fail(Failure::RepostFailed);
         }
     }
 
@@ -267,10 +258,10 @@ impl QpHandler for IserConn {
     }
 
     fn recv_done(&self, rx: Received<'_, Self>) {
-        // One read section for the whole receive: the resources and, once
-        // the PDU is checked, libiscsi's connection.
-        let rcu = rcu::read_lock();
-        let Some(res) = self.res_in(&rcu) else {
+        // One read section for the whole receive (the callback's): the
+        // resources and, once the PDU is checked, libiscsi's connection.
+        let rcu = rx.rcu();
+        let Some(res) = self.res_in(rcu) else {
             return;
         };
         let wc = rx.wc();
@@ -278,11 +269,17 @@ impl QpHandler for IserConn {
             self.wc_failed(true, rx.tag(), wc);
             return;
         }
-        self.received(&rcu, res, rx);
+        self.received(rcu, res, rx);
     }
 
-    fn repost_failed(&self, _tag: u32, e: Error) {
-        self.lost_recv(e);
+    #[cold]
+    fn repost_failed(&self, tag: u32, e: Error) {
+        if self.is_up() {
+            // One receive fewer than the target may send: its next PDUs
+            // would stall the connection (RNR). Fail it now.
+            pr_err!("cannot repost a receive (tag {}): {:?}\n", tag, e);
+            self.fail(Failure::RepostFailed);
+        }
     }
 
     #[inline]

@@ -33,7 +33,7 @@ use kernel::{
     alloc::KVec,
     error::to_result,
     prelude::*,
-    sync::{Arc, SetOnce},
+    sync::{rcu, Arc, SetOnce},
     types::ForeignOwnable,
 };
 
@@ -50,8 +50,8 @@ pub(crate) use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{Received, RecvBuf};
-use wr::Tag;
 pub(crate) use wr::{Access, QpHandler, Registration, SendOp, Sge, Wc, MAX_CHAIN, UNSIGNALED_TAG};
+use wr::{DoneFn, Tag};
 
 /// The queue sizes and resources of a [`Connection`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,7 +286,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     /// Disconnects, drains and destroys the QP, then releases what its
-    /// work requests held; once (later calls do nothing). After it, no
+    /// work requests held; once (later calls do nothing). Receives are
+    /// refused from the start (`post_recv`, and reposts from completion
+    /// handlers: `ENOTCONN`). After it, no
     /// work request of the connection is outstanding, posting fails
     /// (`ENOTCONN`), and no peer can reach the MRs through this QP; the
     /// MRs, the PD, the CQ and the CM id stay until the connection drops.
@@ -295,6 +297,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         if self.qp_destroyed {
             return;
         }
+        // A completion handler may repost a receive (`Received`) with no
+        // `&self`: closed first, and past a grace period every such post
+        // has either gone (before the drain's marker) or will be refused.
+        self.recv_tags.iter().for_each(RecvSlot::close);
+        rcu::synchronize_rcu();
         // Flush and wait for every outstanding work request, so no
         // completion names a tag, buffer or MR released or freed after.
         self.disconnect();
@@ -687,11 +694,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             return;
         };
         let h: &H = &h;
+        // Held around the handler: its reposts go inside (`RecvSlot::close`).
+        let rcu = rcu::read_lock();
         // SAFETY: The slot's receive completed with `w` on `qp`, valid while
         // its completion is handled; one completion per posted receive, so
         // no other `Received` of the slot lives.
-        let rx = unsafe { Received::new(slot, qp, h, w) };
+        let rx = unsafe { Received::new(slot, qp, h, &rcu, w) };
         h.recv_done(rx);
+        drop(rcu);
     }
 
     /// # Safety

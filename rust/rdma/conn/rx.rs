@@ -82,26 +82,39 @@ impl RecvBuf {
 /// of that receive it is `READING` or `READING_REPOST` while a
 /// [`Received`] of the slot lives, and only that [`Received`] moves it on.
 /// `buf`'s memory is written by nothing but the device, and by it only
-/// while `POSTED`.
+/// while `POSTED`. Once `closed` is set and an RCU grace period has passed,
+/// nothing posts the slot again: posts through `&Connection` are excluded
+/// by `destroy_qp`'s `&mut`, and a [`Received`] posts inside the
+/// read-side section its completion callback holds.
 #[repr(C)]
 pub(super) struct RecvSlot {
     pub(super) cqe: bindings::ib_cqe,
     pub(super) id: u32,
     state: AtomicU8,
+    /// The connection is draining its QP: a repost from a completion
+    /// handler (which holds no `&Connection`) would land after the drain's
+    /// marker, and complete after the QP and this slot are gone.
+    closed: AtomicBool,
     buf: SetOnce<(RecvBuf, u32)>,
 }
 
 impl RecvSlot {
-    pub(super) fn new(
-        id: u32,
-        done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc),
-    ) -> Self {
+    pub(super) fn new(id: u32, done: DoneFn) -> Self {
         Self {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
             state: AtomicU8::new(IDLE),
+            closed: AtomicBool::new(false),
             buf: SetOnce::default(),
         }
+    }
+
+    /// Refuses every post from now on. A [`Received`] checks the flag and
+    /// posts inside its callback's RCU read-side section, so once a grace
+    /// period has passed after this (`Connection::destroy_qp` waits for
+    /// one before it drains), its posts have gone or will be refused.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Gives the slot its buffer, named by `lkey`; once (`EBUSY` after).
@@ -155,8 +168,14 @@ impl RecvSlot {
     /// `qp` as in [`RecvSlot::post`]; the caller moved the slot to
     /// `POSTED` (so it alone posts it now) and no [`Received`] of it lives.
     unsafe fn post_now(&self, qp: *mut bindings::ib_qp) -> Result {
-        // SAFETY: As this function's contract.
-        let r = unsafe { self.post_buf(qp) };
+        // A `Received` calls this inside its callback's read-side section
+        // (see `close`).
+        let r = if self.closed.load(Ordering::Acquire) {
+            Err(ENOTCONN)
+        } else {
+            // SAFETY: As this function's contract.
+            unsafe { self.post_buf(qp) }
+        };
         if r.is_err() {
             // INVARIANT: nothing was posted.
             self.state.store(IDLE, Ordering::Release);
@@ -198,7 +217,8 @@ impl RecvSlot {
         to_result(unsafe { bindings::riser_ib_post_recv(qp, &wr, &mut bad) })
     }
 
-    /// Back to idle once the QP is destroyed: no receive is posted then.
+    /// Back to idle once the QP is destroyed: no receive is posted then,
+    /// nor ever again (`close`).
     pub(super) fn reset(&self) {
         self.state.store(IDLE, Ordering::Release);
     }
@@ -216,10 +236,13 @@ impl RecvSlot {
 /// completion this value reports; `len` bytes of its buffer were synced for
 /// the CPU. `qp` is the slot's QP, valid while the completion is handled
 /// (`'a`: the QP is destroyed only after its completions are handled).
+/// `rcu` is the read-side section the completion callback holds around
+/// the handler, inside which every repost of this value goes.
 pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
     slot: &'a RecvSlot,
     qp: NonNull<bindings::ib_qp>,
     handler: &'a H,
+    rcu: &'a rcu::Guard,
     wc: Wc,
     len: usize,
 }
@@ -233,6 +256,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         slot: &'a RecvSlot,
         qp: NonNull<bindings::ib_qp>,
         handler: &'a H,
+        rcu: &'a rcu::Guard,
         wc: Wc,
     ) -> Self {
         // The device is done writing: its receive completed.
@@ -254,9 +278,16 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
             slot,
             qp,
             handler,
+            rcu,
             wc,
             len,
         }
+    }
+
+    /// The RCU read-side section the completion is handled in, for the
+    /// handler's own RCU-protected reads.
+    pub(crate) fn rcu(&self) -> &'a rcu::Guard {
+        self.rcu
     }
 
     /// The slot's tag.

@@ -158,11 +158,12 @@ pub(super) struct Tag {
     pub(super) keep: AtomicPtr<DmaBuf>,
 }
 
+/// The completion callback of a tag: ib_core calls it with the CQ and the
+/// work completion.
+pub(super) type DoneFn = unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc);
+
 impl Tag {
-    pub(super) fn new(
-        id: u32,
-        done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc),
-    ) -> Self {
+    pub(super) fn new(id: u32, done: DoneFn) -> Self {
         Self {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
