@@ -74,7 +74,7 @@ SHELL := /bin/bash
 # run in parallel under KASAN and lockdep (a response on one CPU while the
 # command's Data-Outs go out on the other).
 GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/features.sh tests/guest/matrix.sh \
-	tests/guest/faults.sh tests/guest/session-siw.sh tests/guest/inject.sh \
+	tests/guest/faults.sh tests/guest/session-siw.sh tests/guest/inject.sh:2 \
 	tests/guest/mpath.sh tests/guest/check.sh tests/guest/install.sh tests/guest/hostile.sh:2 \
 	tests/guest/session.sh:2
 

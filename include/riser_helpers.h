@@ -68,6 +68,8 @@ bool riser_param_pi_enable(void);
 int riser_param_check(const char *name, long long value);
 /* Fault injection (rust/params.c): true when this call must fail. */
 bool riser_fault_hit(int site);
+/* Fault injection: a delay in the send completion handler (test build). */
+void riser_fault_delay_send_done(void);
 
 /* Tracepoints (rust/trace.c, include/riser_trace.h). */
 void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);

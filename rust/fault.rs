@@ -30,6 +30,20 @@ pub(crate) fn hit(site: Site) -> bool {
     unsafe { crate::bindings::riser_fault_hit(site as kernel::ffi::c_int) }
 }
 
+/// In a test build, waits 1 ms while `fault_send_done_delay` counts down:
+/// a send completion's handler calls it before it takes what the send's
+/// tag held.
+#[cfg(riser_fault_injection)]
+pub(crate) fn delay_send_done() {
+    // SAFETY: A plain C function with no arguments.
+    unsafe { crate::bindings::riser_fault_delay_send_done() }
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn delay_send_done() {}
+
 /// Whether this call of `site` must fail: never, outside a test build.
 #[cfg(not(riser_fault_injection))]
 #[inline(always)]

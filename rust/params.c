@@ -9,6 +9,7 @@
  * afterwards). Every value, at load time or written later, is checked by
  * riser_param_check(), which is Rust (rust/params.rs) and holds the bounds.
  */
+#include <linux/delay.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -135,9 +136,37 @@ bool riser_fault_hit(int site)
 	pr_warn("riser: fault injected: %s fails\n", riser_fault_names[site]);
 	return true;
 }
+
+/*
+ * Writing N makes each of the next N signaled send completions wait 1 ms
+ * in riser's handler before it takes what the send's tag held: a window in
+ * which another CPU may post on a tag a completion has freed too early.
+ */
+static int fault_send_done_delay;
+module_param(fault_send_done_delay, int, 0644);
+MODULE_PARM_DESC(fault_send_done_delay,
+		 "Test build: delay each of the next N send completions by 1 ms");
+
+void riser_fault_delay_send_done(void)
+{
+	int n;
+
+	do {
+		n = READ_ONCE(fault_send_done_delay);
+		if (n <= 0)
+			return;
+	} while (cmpxchg(&fault_send_done_delay, n, n - 1) != n);
+	if (n == 1)
+		pr_warn("riser: fault injected: the last delayed send completion\n");
+	mdelay(1);
+}
 #else
 bool riser_fault_hit(int site)
 {
 	return false;
+}
+
+void riser_fault_delay_send_done(void)
+{
 }
 #endif

@@ -19,6 +19,8 @@ pub(crate) mod pdu;
 pub(crate) mod plan;
 #[cfg_attr(not(MODULE), path = "proto/ratelimit.rs")]
 pub(crate) mod ratelimit;
+#[cfg_attr(not(MODULE), path = "proto/response.rs")]
+pub(crate) mod response;
 #[cfg_attr(not(MODULE), path = "proto/sizing.rs")]
 pub(crate) mod sizing;
 #[cfg_attr(not(MODULE), path = "proto/tmf.rs")]

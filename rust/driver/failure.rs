@@ -43,6 +43,12 @@ pub(crate) enum Failure {
     LogoutWithoutLogout,
     /// A TMF Response carried data.
     TmfWithData,
+    /// A TMF Response answered no outstanding TMF (another ITT, or the
+    /// TMF's a second time).
+    TmfWithoutTmf,
+    /// A SCSI Response carried its command's ITT with bits set that
+    /// libiscsi ignores.
+    CorruptItt,
     /// A second full-feature Login Response.
     SecondFullFeature,
     /// The full feature phase began without receive buffers.
@@ -89,6 +95,8 @@ impl Failure {
             Self::AsyncFlood => "async message flood",
             Self::LogoutWithoutLogout => "Logout Response without a logout",
             Self::TmfWithData => "TMF Response with data",
+            Self::TmfWithoutTmf => "TMF Response without a TMF",
+            Self::CorruptItt => "SCSI Response with a corrupt ITT",
             Self::SecondFullFeature => "second full-feature Login Response",
             Self::NoFullFeatureBuffers => "full feature phase without receive buffers",
             Self::FullFeaturePost => "cannot post the full-feature receives",

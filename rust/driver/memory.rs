@@ -5,11 +5,16 @@
 //! target with its response, or by riser), and the task references that
 //! hold the command until then (iser_memory.c's concern).
 
-use super::{conn::Failure, res::Res, Iser};
+use super::{
+    conn::{Failure, IserConn},
+    res::Res,
+    Iser,
+};
 use crate::{
     iscsi::{Task, TaskRef},
     proto::{
-        pdu::Bhs,
+        pdu::{Bhs, RxPdu},
+        response::{self, IttMatch, SlotKey},
         tmf::{self, Scope, TmfRequest},
     },
     rdma::conn::SendOp,
@@ -63,6 +68,17 @@ impl Inflight {
     }
 }
 
+/// The reference a signaled SEND holds on its task until it completes.
+pub(super) struct SendRef {
+    pub(super) task: TaskRef,
+    /// Whether it counts in the task's `sends` (a SEND naming its data).
+    pub(super) counted: bool,
+    /// The number its post has on the tag
+    /// ([`crate::rdma::conn::Connection::send_tag_posts`]): the completion
+    /// that takes it must be that post's.
+    pub(super) post: u32,
+}
+
 /// A TMF Response held back until the commands its TMF ended can no longer
 /// be reached by the target: libiscsi hands them back to the midlayer as
 /// soon as it sees the response.
@@ -78,8 +94,8 @@ pub(super) struct Track {
     /// By task slot.
     pub(super) inflight: KVec<Inflight>,
     /// By send tag: the reference a signaled SEND holds on its task until it
-    /// completes, and whether it counts in the task's `sends`.
-    pub(super) puts: KVec<Option<(TaskRef, bool)>>,
+    /// completes.
+    pub(super) puts: KVec<Option<SendRef>>,
     /// The TMF request sent last, until its response arrives.
     pub(super) tmf: Option<TmfRequest>,
     pub(super) held: Option<HeldRsp>,
@@ -128,11 +144,28 @@ impl Track {
     }
 
     /// Takes back the reference of send tag `tag`, once its SEND completed
-    /// (or was not posted), with the slot whose LOCAL_INV may go now.
-    pub(super) fn send_completed(&mut self, tag: u32) -> (Option<TaskRef>, Option<u32>) {
-        let Some((r, counted)) = self.puts.get_mut(tag as usize).and_then(Option::take) else {
+    /// (`post`: the completed post's number on the tag) or was not posted
+    /// (`None`), with the slot whose LOCAL_INV may go now.
+    pub(super) fn send_completed(
+        &mut self,
+        tag: u32,
+        post: Option<u32>,
+    ) -> (Option<TaskRef>, Option<u32>) {
+        let Some(SendRef {
+            task: r,
+            counted,
+            post: want,
+        }) = self.puts.get_mut(tag as usize).and_then(Option::take)
+        else {
             return (None, None);
         };
+        // A completion taking another post's reference would let that
+        // command complete while the device may still read its SEND.
+        if let Some(p) = post {
+            if p != want {
+                Self::other_post(tag, p, want);
+            }
+        }
         let idx = r.index();
         if counted {
             if let Some(f) = self.inflight.get_mut(idx as usize) {
@@ -140,6 +173,17 @@ impl Track {
             }
         }
         (Some(r), self.end_sending(idx))
+    }
+
+    #[cold]
+    fn other_post(tag: u32, got: u32, want: u32) {
+        pr_err!(
+            "send tag {}: completion of post {} took the reference of post {}\n",
+            tag,
+            got,
+            want
+        );
+        kernel::warn_on!(true);
     }
 
     /// Slot `idx` if its command ended (`Ending`) and has no send left:
@@ -205,8 +249,15 @@ impl Res {
             return Err(Self::slot_reused(idx));
         }
         let counted = send_ref.is_some();
+        // The command's SEND is the tag's next post: nothing else posts on
+        // a task slot's tag while its task holds the slot.
+        let post = self.conn.send_tag_posts(tag).unwrap_or(0).wrapping_add(1);
         if let (Some(r), Some(p)) = (send_ref, t.puts.get_mut(tag as usize)) {
-            *p = Some((r, true));
+            *p = Some(SendRef {
+                task: r,
+                counted: true,
+                post,
+            });
         }
         if let Some(f) = t.inflight.get_mut(idx as usize) {
             f.itt = bhs.itt();
@@ -255,38 +306,73 @@ impl Res {
         drop((mr, send));
     }
 
-    /// A SCSI Response for the command on slot `idx` with wire ITT `itt`
-    /// arrived; `invalidated` is whether the target invalidated its rkey
-    /// with it (already checked to be that command's). Ends the target's
-    /// access to the command's memory: at once if the target invalidated
-    /// it, else by a LOCAL_INV whose completion drops the reference.
-    /// Returns the reference to drop once the response is handed on; fails
-    /// on a second response for the same command.
+    /// A SCSI Response `pdu` for the command on slot `idx` arrived;
+    /// `invalidated` is the rkey the target invalidated with it, if any.
+    /// Ends the target's access to the command's memory: at once if the
+    /// target invalidated it, else by a LOCAL_INV whose completion drops
+    /// the reference. Returns the reference to drop once the response is
+    /// handed on. Fails the connection on a second response for the same
+    /// command, on an invalidation of any key but the one the command gave
+    /// the target, and on the command's ITT with bits libiscsi ignores set
+    /// (libiscsi would complete the command on it).
     pub(super) fn response_arrived(
         &self,
         idx: u32,
-        itt: u32,
-        invalidated: bool,
+        pdu: &RxPdu,
+        invalidated: Option<u32>,
     ) -> core::result::Result<Option<TaskRef>, Failure> {
+        let itt = pdu.itt;
         let mut t = self.track.lock();
         let Some(f) = t.inflight.get_mut(idx as usize) else {
-            return Ok(None);
+            drop(t);
+            return match invalidated {
+                Some(rkey) => Err(IserConn::foreign(rkey, pdu)),
+                // Beyond the slots: libiscsi refuses it.
+                None => Ok(None),
+            };
         };
-        if f.itt != itt {
-            // A stale ITT, or one never sent: libiscsi refuses it.
-            return Ok(None);
-        }
-        if core::mem::replace(&mut f.responded, true) {
+        let sent = f.itt;
+        let matched = response::match_itt(sent, itt);
+        let same = matched == IttMatch::Same;
+        if same && f.responded {
             drop(t);
             pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
             return Err(Failure::SecondResponse);
         }
-        if !matches!(f.mr, Some((MrState::Registered, _))) {
+        let given = matches!(f.mr, Some((MrState::Registered, _)));
+        if let Some(rkey) = invalidated {
+            let slot = SlotKey {
+                same_itt: same,
+                given,
+                mr_rkey: self.conn.mr_rkey(idx).filter(|_| self.conn.mr_valid(idx)),
+            };
+            if !response::may_invalidate(self.remote_inv, slot, rkey) {
+                drop(t);
+                return Err(IserConn::foreign(rkey, pdu));
+            }
+        }
+        match matched {
+            IttMatch::Same => {}
+            IttMatch::Junk => {
+                drop(t);
+                pr_err!(
+                    "target answered ITT {:#x} with a SCSI Response for ITT {:#x}\n",
+                    sent,
+                    itt
+                );
+                return Err(Failure::CorruptItt);
+            }
+            // A stale ITT, or one never sent: libiscsi refuses it.
+            IttMatch::Other => return Ok(None),
+        }
+        f.responded = true;
+        if !given {
             // Nothing to invalidate.
             return Ok(None);
         }
-        if invalidated {
+        if invalidated.is_some() {
             self.remote_invs.fetch_add(1, Ordering::Relaxed);
+            self.conn.mr_invalidated(idx);
             return Ok(f.mr.take().map(|(_, r)| r));
         }
         let sending = f.sending();

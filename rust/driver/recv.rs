@@ -10,13 +10,14 @@ use super::{
     ASYNC_PER_SEC, ITT_INDEX_MASK,
 };
 use crate::{
+    fault,
     proto::{
         login,
         pdu::{Bhs, RxPdu, TargetOpcode},
-        ProtoError,
+        response, ProtoError,
     },
     rdma::{
-        conn::{QpHandler, Received, Wc, UNSIGNALED_TAG},
+        conn::{QpHandler, Received, SendDone, Wc, UNSIGNALED_TAG},
         AsyncEvent,
     },
     trace,
@@ -61,24 +62,11 @@ impl IserConn {
             return self.deliver_other(rcu, res, &pdu, &bhs, data, wc);
         }
         // A SCSI Response: one per command, the receive path's common case.
-        let idx = Self::slot_of(pdu.itt);
-        if let Some(rkey) = wc.invalidated {
-            // Only the rkey of the task this response answers: any other
-            // would end another command's registration under it.
-            let ok =
-                res.remote_inv && res.conn.mr_valid(idx) && res.conn.mr_rkey(idx) == Some(rkey);
-            if !ok {
-                return Err(Self::foreign(rkey, &pdu));
-            }
-        }
+        // Whether it may invalidate what it names, and whether it is the
+        // command's own, are decided with the slot's state, under its lock.
         // The reference that held the command while the target could reach
-        // its memory: dropped once libiscsi has the response. Fails only
-        // when riser's own LOCAL_INV cannot be posted (the target
-        // invalidated nothing).
-        let done_ref = res.response_arrived(idx, pdu.itt, wc.invalidated.is_some())?;
-        if wc.invalidated.is_some() {
-            res.conn.mr_invalidated(idx);
-        }
+        // its memory is dropped once libiscsi has the response.
+        let done_ref = res.response_arrived(Self::slot_of(pdu.itt), &pdu, wc.invalidated)?;
         let r = self.hand_on(rcu, &bhs, data);
         // libiscsi has completed the command (or refused the response): the
         // task is freed once this last reference goes.
@@ -115,7 +103,7 @@ impl IserConn {
     }
 
     #[cold]
-    fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
+    pub(super) fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
         pr_err!(
             "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
             rkey,
@@ -188,13 +176,29 @@ impl IserConn {
                     );
                     return Err(Failure::TmfWithData);
                 }
-                let req = res.track.lock().tmf.take_if(|r| r.itt == pdu.itt);
+                // Only the answer to the one TMF outstanding, once:
+                // libiscsi would take any other (a ping's ITT, or the
+                // TMF's a second time) as that TMF's, and hand back the
+                // commands it ended while the target can still reach them.
+                let req = {
+                    let mut t = res.track.lock();
+                    if response::answers_tmf(t.tmf.as_ref(), pdu.itt) {
+                        t.tmf.take()
+                    } else {
+                        None
+                    }
+                };
+                let Some(req) = req else {
+                    pr_err!(
+                        "target sent a TMF Response for ITT {:#x}, which answers no outstanding TMF\n",
+                        pdu.itt
+                    );
+                    return Err(Failure::TmfWithoutTmf);
+                };
                 // Held back until the commands it ended are out of the
                 // target's reach; the last invalidation hands it on.
-                if let Some(req) = req {
-                    if res.tmf_response(req, bhs)? {
-                        return Ok(());
-                    }
+                if res.tmf_response(req, bhs)? {
+                    return Ok(());
                 }
             }
             _ => {}
@@ -283,7 +287,8 @@ impl QpHandler for IserConn {
     }
 
     #[inline]
-    fn send_done(&self, tag: u32, wc: Wc) {
+    fn send_done(&self, done: SendDone<'_>, wc: Wc) {
+        let tag = done.tag();
         if !wc.ok() {
             self.wc_failed(false, tag, wc);
         }
@@ -297,9 +302,11 @@ impl QpHandler for IserConn {
         };
         let cmds = res.cmds();
         let inv_base = res.inv_tag(0);
-        let (done, ended, held) = {
+        let post = done.post();
+        fault::delay_send_done();
+        let (done_ref, ended, held) = {
             let mut t = res.track.lock();
-            let (done, ended) = if tag >= inv_base {
+            let (done_ref, ended) = if tag >= inv_base {
                 let idx = (tag - inv_base) as usize;
                 match t.inflight.get_mut(idx) {
                     // A flushed or failed LOCAL_INV leaves the rkey valid:
@@ -308,10 +315,12 @@ impl QpHandler for IserConn {
                     _ => (None, None),
                 }
             } else {
-                t.send_completed(tag)
+                t.send_completed(tag, Some(post))
             };
-            (done, ended, t.release_held())
+            (done_ref, ended, t.release_held())
         };
+        // What the tag kept is taken: the tag may carry the next request.
+        done.release();
         // The last send of a command that ended: its LOCAL_INV may go.
         if let Some(Err(why)) = ended.filter(|_| wc.ok()).map(|i| res.invalidate(i)) {
             self.fail(why);
@@ -325,7 +334,7 @@ impl QpHandler for IserConn {
             res.dataout_avail.fetch_add(1, Ordering::AcqRel);
         }
         // Outside the lock: the last reference frees the task.
-        drop(done);
+        drop(done_ref);
         if let Some(bhs) = held {
             self.deliver_held(bhs);
         }

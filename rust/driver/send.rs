@@ -5,7 +5,7 @@
 
 use super::{
     conn::Failure,
-    memory::Track,
+    memory::{SendRef, Track},
     res::{Res, CTRL_TX},
     Iser, LOGIN_DATA,
 };
@@ -105,8 +105,15 @@ impl Res {
         }])?;
         trace::pdu_sent(self.trace_id, bhs.bytes(), 0);
         if let Some(r) = keep {
+            // The post just made: the completion cannot take the tag's
+            // bookkeeping before this lock is dropped.
+            let post = self.conn.send_tag_posts(tag).unwrap_or(0);
             let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
-            *slot = Some((r, false));
+            *slot = Some(SendRef {
+                task: r,
+                counted: false,
+                post,
+            });
         }
         // What the responses to these end is decided when they arrive.
         if let Some(req) = tmf::tmf_request(bhs) {
@@ -383,8 +390,15 @@ impl Res {
             let tag = self.dataout_tag(slot);
             {
                 let mut t = self.track.lock();
+                // A free Data-Out header's tag: its last completion was
+                // handled before the header was given back.
+                let post = self.conn.send_tag_posts(tag).unwrap_or(0).wrapping_add(1);
                 if let Some(p) = t.puts.get_mut(tag as usize) {
-                    *p = Some((tref, true));
+                    *p = Some(SendRef {
+                        task: tref,
+                        counted: true,
+                        post,
+                    });
                 }
                 if let Some(f) = t.inflight.get_mut(idx) {
                     f.sends += 1;
@@ -416,7 +430,7 @@ impl Res {
                     if let Some(f) = t.inflight.get_mut(idx) {
                         f.unsent += 1;
                     }
-                    t.send_completed(tag).0
+                    t.send_completed(tag, None).0
                 };
                 drop(back);
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);

@@ -266,6 +266,16 @@ impl<H: CmHandler> CmId<H> {
         self.id.as_ptr()
     }
 
+    /// Whether the caller is this id's event handler, running: only
+    /// there does the CM hold the id's handler mutex, which
+    /// `rdma_connect_locked` needs.
+    pub(crate) fn in_own_handler(&self) -> bool {
+        // SAFETY: `ctx` is valid while `self` is (type invariant).
+        let ctx = unsafe { self.ctx.as_ref() };
+        ctx.state.load(Ordering::Acquire) == ID_IN_HANDLER
+            && ctx.runner.load(Ordering::Relaxed) == kernel::task::Task::current_raw()
+    }
+
     /// The handler, as `Arc::<H>::into_foreign` made it: the context of
     /// QPs made on the id. Valid until the id is destroyed.
     pub(crate) fn context(&self) -> *mut c_void {

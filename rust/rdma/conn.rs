@@ -50,7 +50,9 @@ pub(crate) use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{Received, RecvBuf};
-pub(crate) use wr::{Access, QpHandler, Registration, SendOp, Sge, Wc, MAX_CHAIN, UNSIGNALED_TAG};
+pub(crate) use wr::{
+    Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, MAX_CHAIN, UNSIGNALED_TAG,
+};
 use wr::{DoneFn, Tag};
 
 /// The queue sizes and resources of a [`Connection`].
@@ -248,7 +250,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         responder_resources: u8,
         initiator_depth: u8,
     ) -> Result {
-        if !core::ptr::eq(ev.as_raw(), self.cm().as_raw()) {
+        // Only inside this id's running handler: the event's id must be
+        // this one, and the caller the task running its handler (an
+        // `&CmIdRef` of the id can be had outside it, from `CmId::as_ref`).
+        if !core::ptr::eq(ev.as_raw(), self.cm().as_raw()) || !self.cm().in_own_handler() {
             return Err(EINVAL);
         }
         let mut param = bindings::rdma_conn_param {
@@ -276,7 +281,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Waits until every posted work request has completed (flushed). Must
     /// run in process context, after [`Connection::disconnect`].
-    pub(crate) fn drain(&self) {
+    fn drain(&self) {
         if self.qp_destroyed {
             return;
         }
@@ -322,6 +327,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// `EBUSY` before anything is posted.
     pub(crate) fn send_tag_idle(&self, tag: u32) -> bool {
         self.send_tags.get(tag as usize).is_some_and(Tag::idle)
+    }
+
+    /// How many work requests were posted (or refused after taking the
+    /// tag) on send tag `tag` so far, wrapping: a request posted next will
+    /// be number `send_tag_posts(tag) + 1`, which its [`SendDone::post`]
+    /// says.
+    pub(crate) fn send_tag_posts(&self, tag: u32) -> Option<u32> {
+        self.send_tags
+            .get(tag as usize)
+            .map(|t| t.posts.load(Ordering::Acquire))
     }
 
     /// Gives receive tag `tag` its buffer, which it keeps for the
@@ -680,19 +695,18 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `RecvSlot`s; the QP's context is the `Arc<H>` the id owns, alive
         // until the QP is gone, which is after its completions are handled.
         // SAFETY: ib_core passes a valid completion of this connection's QP.
-        let (slot, qp, h, w) = unsafe {
+        let (slot, qp, w) = unsafe {
             let wc = &*wc;
             let slot = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<RecvSlot>();
-            (
-                slot,
-                wc.qp,
-                Arc::<H>::borrow((*wc.qp).qp_context),
-                Self::wc(wc),
-            )
+            (slot, wc.qp, Self::wc(wc))
         };
+        // Checked before anything is read through it.
         let Some(qp) = NonNull::new(qp) else {
             return;
         };
+        // SAFETY: As above: the QP is this connection's, its context the
+        // `Arc<H>` its id owns.
+        let h = unsafe { Arc::<H>::borrow((*qp.as_ptr()).qp_context) };
         let h: &H = &h;
         // Held around the handler: its reposts go inside (`RecvSlot::close`).
         let rcu = rcu::read_lock();
@@ -715,11 +729,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
             (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
         };
-        let id = tag.id;
-        if id != UNSIGNALED_TAG {
-            tag.release();
-        }
-        h.send_done(id, w);
+        // The tag is released by the handler (or when `SendDone` drops),
+        // after it took what it kept for this request: released before, a
+        // new request on the tag could have its bookkeeping taken by this
+        // completion.
+        // SAFETY: ib_core reports each posted request's completion once;
+        // this is the completion of the request `tag` was held for.
+        let done = unsafe { SendDone::new(tag) };
+        h.send_done(done, w);
     }
 }
 

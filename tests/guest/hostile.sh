@@ -11,7 +11,9 @@
 # nobody asked for, Async Messages 1 to 4, NOP-Ins with data, an 8 KiB
 # response, remote invalidation by a NOP-In or by a command without memory,
 # a response held back until its task slot is in use again after a
-# reconnect, a second Login Response in full-feature phase.
+# reconnect, a second Login Response in full-feature phase; an ABORT TASK
+# answered with a held ping's ITT, or twice, a response whose ITT has junk
+# in the bits libiscsi ignores.
 #
 # One session lives through every full-feature mode in turn, with fio
 # writing and verifying (crc32c) in rounds until the last mode is done:
@@ -96,6 +98,17 @@ evil_late() {
 	_wait_for 30 evil_says "$1" "^evil: late $2 (completed|refused|not)"
 	evil_since "$1" | grep -E "^evil: late"
 	evil_says "$1" "^evil: late $2 refused \(status"
+}
+
+# evil_late_denied LOG KIND: as evil_late, or the late KIND was not tried
+# (the target saw the connection close first, or its QP was in error
+# already): riser failed the connection at the bad PDU, and with the
+# connection's one QP in error no key of its PD reaches memory. A late
+# KIND that completed, or whose outcome the target never saw, fails.
+evil_late_denied() {
+	_wait_for 30 evil_says "$1" "^evil: late $2 (completed|refused|not|posted)"
+	evil_since "$1" | grep -E "^evil: late"
+	evil_says "$1" "^evil: late $2 (refused \(status|not tried: )"
 }
 
 # node_setup IQN: a node record with short task-management timeouts, so a
@@ -283,7 +296,9 @@ ffp() {
 	# the SCSI layer aborted it, and its response, legal but late, then
 	# named a freed task (the connection failed as it must).
 	case $mode in
-	silent* | late-abort | reject) echo 8 >"/sys/block/${DEV#/dev/}/device/timeout" ;;
+	silent* | late-abort | tmf-spoof | tmf-dup | reject)
+		echo 8 >"/sys/block/${DEV#/dev/}/device/timeout"
+		;;
 	*) echo 30 >"/sys/block/${DEV#/dev/}/device/timeout" ;;
 	esac
 	# logout-ping needs an idle connection: the initiator pings only after
@@ -339,6 +354,27 @@ ffp() {
 		check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$"
 		check "$mode: its rkey, 50 ms after the abort's answer, is refused" evil_late ffp write
 		;;
+	tmf-spoof)
+		# The READ's ABORT TASK answered with the ITT of the initiator's
+		# ping (sent at the READ's second timeout, held unanswered):
+		# libiscsi would take it for the TMF's answer.
+		check "$mode: the timed-out READ was aborted (ABORT TASK answered with the ping's ITT)" \
+			evil_says ffp "^evil: tmf-spoof: ABORT TASK itt 0x[0-9a-f]+ answered with the ping's itt"
+		check "$mode: its rkey, 50 ms after the spoofed answer, is refused" \
+			evil_late_denied ffp write
+		;;
+	tmf-dup)
+		check "$mode: the timed-out READ was aborted (ABORT TASK answered twice)" \
+			evil_says ffp "^evil: tmf-dup: ABORT TASK itt 0x[0-9a-f]+ answered twice"
+		check "$mode: its rkey, 50 ms after the answers, is refused" \
+			evil_late_denied ffp write
+		;;
+	itt-junk)
+		# The READ's data, then its response by plain SEND with junk in
+		# ITT bits 13-23: libiscsi would complete the READ on it.
+		check "$mode: the READ's rkey, 50 ms after the junk-ITT response, is refused" \
+			evil_late_denied ffp write
+		;;
 	logout-ping)
 		# A Logout Response that answers a ping is no logout: the
 		# target's disconnect 100 ms later must fail the connection at
@@ -390,7 +426,8 @@ ffp() {
 			dmesg_has "received itt [0-9a-f]+ expected session age"
 		;;
 	esac
-	evil_since ffp | grep -E "^evil: (nop-data|stale-held|inv-nomr|Logout Request|disconnecting)" \
+	evil_since ffp |
+		grep -E "^evil: (nop-data|stale-held|inv-nomr|tmf-spoof|tmf-dup|itt-junk|Logout Request|disconnecting)" \
 		>>"$RISER_OUT/guest.log"
 	check "$mode: session logged in (again)" _wait_for 120 session_up "$IQN"
 	echo "$mode: logged in $((SECONDS - t0)) s after the target fired" >>"$RISER_OUT/guest.log"
@@ -407,8 +444,8 @@ ffp_checks() {
 	case $1 in
 	async-logout) echo 12 ;;
 	async-dropall | async-negotiate) echo 11 ;;
-	silent-all | late-abort | async-dropconn) echo 10 ;;
-	ping | silent | reject | late-write | late-read | logout-ping) echo 9 ;;
+	silent-all | late-abort | tmf-spoof | tmf-dup | async-dropconn) echo 10 ;;
+	ping | silent | reject | late-write | late-read | logout-ping | itt-junk) echo 9 ;;
 	big-sense | big-rsp | stale-held) echo 9 ;;
 	*) echo 8 ;;
 	esac
@@ -467,6 +504,13 @@ declare -A EXPECT=(
 	[inv-nomr]="$FAILED: foreign remote invalidation"
 	[stale-held]="$FAILED: libiscsi rejected a PDU"
 	[ff-login]="$FAILED: second full-feature Login Response"
+	# libiscsi takes a TMF Response for any live management task (a
+	# ping's too) and once more after the first: riser passes on only
+	# the one answer to the TMF it sent, and fails the connection.
+	[tmf-spoof]="$FAILED: TMF Response without a TMF"
+	[tmf-dup]="$FAILED: TMF Response without a TMF"
+	# libiscsi reads only ITT bits 0-12 and 28-31: riser compares all 32.
+	[itt-junk]="$FAILED: SCSI Response with a corrupt ITT"
 	# A broken target, by hand only (RISER_EVIL_MODES): the trigger READ
 	# gets the next block's data, or the write beside is answered good
 	# and never read. The checks of the READ data and of the write must
@@ -474,7 +518,7 @@ declare -A EXPECT=(
 	[wrong-data]=""
 	[lost-write]=""
 )
-ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort logout-ping logout-unprompted async-logout async-dropconn async-dropall async-negotiate nop-data big-nop big-sense big-rsp inv-nonresp inv-nomr stale-held ff-login"
+ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort tmf-spoof tmf-dup itt-junk logout-ping logout-unprompted async-logout async-dropconn async-dropall async-negotiate nop-data big-nop big-sense big-rsp inv-nonresp inv-nomr stale-held ff-login"
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
 ALL_CM="cm-rsvd cm-short cm-long"

@@ -34,7 +34,7 @@ P=/sys/module/riser/parameters
 
 dmesg_live
 
-plan 29
+plan 33
 
 session_up() { iscsi_logged_in "$IQN"; }
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
@@ -79,13 +79,18 @@ check "LIO: InitialR2T=No, ImmediateData=Yes" unsolicited
 # and needed longer (see matrix.sh).
 check "LIO: the target waits 30 s for write data" lio_acl_attrib "$IQN" dataout_timeout 30
 check "iscsid started" iscsi_start
-# No NOP-Out pings: the Nth post_send from now must be the I/O's own.
+# No NOP-Out pings: the Nth post_send from now must be the I/O's own. 16
+# commands per session: a task slot freed is taken again at once (libiscsi
+# hands out the free slot it got back first), which the send-tag case
+# below needs.
 quiet_node() {
+	local n=(iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update)
 	_iscsi_node "$IQN" "$IP" iser &&
-		iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update \
-			-n 'node.conn[0].timeo.noop_out_interval' -v 0
+		"${n[@]}" -n 'node.conn[0].timeo.noop_out_interval' -v 0 &&
+		"${n[@]}" -n node.session.cmds_max -v 16 &&
+		"${n[@]}" -n node.session.queue_depth -v 16
 }
-check "node record without NOP-Out pings" quiet_node
+check "node record without NOP-Out pings, 16 commands a session" quiet_node
 check "login" iscsi_login "$IQN" "$IP"
 DEV=$(iscsi_dev "$IQN") || DEV=/dev/null
 check "disk $DEV appears" test -b "$DEV"
@@ -166,6 +171,39 @@ check "MR mapping fails: the command is requeued, no connection failure, data ve
 	injected map_mr 3 randwrite 64k
 check "DMA mapping fails: the command is requeued, no connection failure, data verified" \
 	injected dma_map 3 randrw 64k
+
+# A send completion that freed its tag before its handler took what the
+# tag held would, should another CPU post on the tag in that window (a
+# command on a task slot freed a moment ago), take the new post's task
+# reference as its own: that command could complete, and its pages be
+# freed, while the device may still read its SEND. riser's handler frees
+# the tag only after, and a completion that takes another post's
+# reference says so ("send tag N: completion of post ...") and warns,
+# which fails the guest. The knob makes each of the next 2000 send
+# completions wait 1 ms before the handler takes what the tag held, on two
+# vCPUs, under 4 KiB random reads and writes (the writes' data goes as
+# immediate data, their SENDs signaled) at 16 commands a session.
+cmds_max_16() {
+	local h
+	h=$(basename "$(dirname "$(readlink -f "$(sess)/device")")")
+	echo "$h: can_queue $(cat "/sys/class/scsi_host/$h/can_queue")"
+	[ "$(cat "/sys/class/scsi_host/$h/can_queue")" -le 16 ]
+}
+tag_window() {
+	local rc=0 left
+	echo 2000 >"$P/fault_send_done_delay" || return 1
+	fio_verify "$DEV" randrw 4k 16 16M || rc=1
+	left=$(cat "$P/fault_send_done_delay")
+	echo 0 >"$P/fault_send_done_delay"
+	echo "delays left unused: $left"
+	[ "$left" = 0 ] || { echo "fewer than 2000 send completions were delayed"; rc=1; }
+	return $rc
+}
+check "send completions delayed 1 ms before the handler, 4 KiB random I/O, 2 vCPUs: data verified" \
+	tag_window
+check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
+check "  every completion took its own post's reference" eval '! dmesg_has "completion of post"'
+check "  a session of 16 commands" cmds_max_16
 
 check "logout" iscsi_logout "$IQN" "$IP"
 check "iscsid stopped" iscsi_stop

@@ -27,6 +27,14 @@
  * READ's rkey, an RDMA READ with a WRITE's; the target prints whether the
  * initiator refused it ("evil: late write refused (status N: ...)") or let
  * it through ("evil: late write completed"), which no initiator may.
+ * tmf-spoof, tmf-dup and itt-junk end the trigger READ with an answer that
+ * is not its own, and try its rkey the same way 50 ms after it. tmf-spoof
+ * and tmf-dup leave the READ unanswered until its ABORT TASK, as late-abort
+ * does; tmf-spoof holds the initiator's NOP-Out pings meanwhile and answers
+ * the ABORT TASK with the last held ping's ITT (libiscsi takes a TMF
+ * Response for any live management task), tmf-dup answers it twice.
+ * itt-junk answers the READ (data, then status by plain SEND) with its ITT
+ * and junk in the bits libiscsi ignores (ITT_JUNK).
  *
  * Negotiation: ImmediateData=No and InitialR2T=Yes, so every WRITE's data is
  * pulled with RDMA READs from the initiator's write STag; READ data is
@@ -108,6 +116,7 @@ enum mode {
 	M_LOGOUT_UNPROMPTED, M_ASYNC_LOGOUT,
 	M_ASYNC_DROPCONN, M_ASYNC_DROPALL, M_ASYNC_NEGOTIATE, M_NOP_DATA, M_BIG_NOP,
 	M_BIG_SENSE, M_BIG_RSP, M_INV_NONRESP, M_INV_NOMR, M_STALE_HELD, M_FF_LOGIN,
+	M_TMF_SPOOF, M_TMF_DUP, M_ITT_JUNK,
 };
 
 static const char *const mode_names[] = {
@@ -135,6 +144,7 @@ static const char *const mode_names[] = {
 	[M_BIG_NOP] = "big-nop", [M_BIG_SENSE] = "big-sense", [M_BIG_RSP] = "big-rsp",
 	[M_INV_NONRESP] = "inv-nonresp", [M_INV_NOMR] = "inv-nomr",
 	[M_STALE_HELD] = "stale-held", [M_FF_LOGIN] = "ff-login",
+	[M_TMF_SPOOF] = "tmf-spoof", [M_TMF_DUP] = "tmf-dup", [M_ITT_JUNK] = "itt-junk",
 };
 
 /*
@@ -158,6 +168,7 @@ struct pend {
 /* An RDMA access with a command's old STag, made 50 ms after its end. */
 struct late {
 	bool on;
+	bool posted;		/* posted, its completion not seen yet */
 	bool write;		/* RDMA WRITE (a READ's rkey) or RDMA READ */
 	uint32_t rkey;
 	uint64_t va;
@@ -204,10 +215,15 @@ struct conn {
 	 * answered; pings_sent 0 when none is going on */
 	int pings_sent;
 	struct late late;
-	/* late-abort: the READ left unanswered, until its ABORT TASK */
+	/* late-abort, tmf-spoof, tmf-dup (abort_mode): the READ left
+	 * unanswered, until its ABORT TASK */
 	bool abort_wait;
+	enum mode abort_mode;
 	uint32_t abort_itt, abort_rstag, abort_len;
 	uint64_t abort_rva, abort_off;
+	/* tmf-spoof: the last NOP-Out ping left unanswered meanwhile */
+	bool ping_held;
+	uint32_t ping_itt;
 	/* logout-ping: disconnect at disc_due */
 	bool disc_on;
 	struct timespec disc_due;
@@ -254,6 +270,17 @@ static uint32_t stale_itt;	/* as on the wire (big-endian read) */
 static uint32_t stale_raw;	/* in the initiator's byte order */
 #define ITT_SLOT(raw) ((raw) & 0x1fffu)
 #define ITT_AGE(raw) (((raw) >> 28) & 0xfu)
+/*
+ * itt-junk: bits ORed into the READ's ITT in the initiator's byte order
+ * (as stale_raw). libiscsi builds an ITT as index | age << 28 (build_itt)
+ * in host order and puts it in the header unconverted (no cpu_to_be32);
+ * of what comes back it reads only the index (get_itt: ISCSI_ITT_MASK,
+ * bits 0-12) and the age (ISCSI_AGE_SHIFT, bits 28-31). Bits 13-23 lie in
+ * the part it ignores (13-27): libiscsi would take the response for the
+ * READ's. ORed into the big-endian value be32() reads instead, they would
+ * set bits 8-12 of the index on a little-endian host (another task).
+ */
+#define ITT_JUNK 0x00ffe000u
 /* nop-data: the TTT of its ping */
 #define NOP_DATA_TTT 0x4e000001u
 /* lost-write: the next WRITE of block LOST_LBA is answered GOOD unread */
@@ -721,6 +748,23 @@ static int send_async(struct conn *c, uint8_t event, uint16_t p1, uint16_t p2, u
 	return tx_post(c, i, HDRS, 0, false);
 }
 
+/* A TMF Response for itt: response 0 (function complete), 5 (rejected). */
+static int send_tmf_rsp(struct conn *c, uint32_t itt, uint8_t response)
+{
+	int i = tx_get(c);
+	uint8_t *r;
+
+	if (i < 0)
+		return -1;
+	r = pdu_start(c, i) + ISER_HDR;
+	r[0] = 0x22;
+	r[1] = 0x80;
+	r[2] = response;
+	put32(r + 16, itt);
+	set_sn(c, r, true);
+	return tx_post(c, i, HDRS, 0, false);
+}
+
 static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
 		   uint64_t off, uint32_t len, int pend)
 {
@@ -746,9 +790,10 @@ static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
 }
 
 /*
- * late-write, late-read, late-abort: 50 ms from now, use a STag the
- * initiator gave for a command that has ended since (an RDMA WRITE of the
- * bytes at disk offset src, or an RDMA READ into scratch memory).
+ * late-write, late-read, late-abort, tmf-spoof, tmf-dup, itt-junk: 50 ms
+ * from now, use a STag the initiator gave for a command that has ended
+ * since (an RDMA WRITE of the bytes at disk offset src, or an RDMA READ
+ * into scratch memory).
  */
 static void late_arm(struct conn *c, bool write, uint32_t rkey, uint64_t va, uint32_t len,
 		     uint64_t src)
@@ -795,6 +840,8 @@ static void late_post(struct conn *c)
 	if (ret) {
 		printf("evil: late %s not posted: %s\n", l->write ? "write" : "read", strerror(ret));
 		fflush(stdout);
+	} else {
+		l->posted = true;
 	}
 }
 
@@ -803,6 +850,7 @@ static void late_done(struct conn *c, struct ibv_wc *wc, bool write)
 {
 	const char *what = write ? "write" : "read";
 
+	c->late.posted = false;
 	if (wc->status == IBV_WC_SUCCESS) {
 		printf("evil: late %s completed", what);
 		if (!write)
@@ -1495,8 +1543,10 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 				fflush(stdout);
 				return;
 			}
-			if (mode == M_LATE_ABORT) {
-				/* No answer, no data: wait for its ABORT TASK. */
+			if (mode == M_LATE_ABORT || mode == M_TMF_SPOOF || mode == M_TMF_DUP) {
+				/* No answer, no data: wait for its ABORT TASK
+				 * (tmf-spoof: holding the pings that come). */
+				c->abort_mode = mode;
 				fire();
 				c->abort_wait = true;
 				c->abort_itt = itt;
@@ -1504,8 +1554,30 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 				c->abort_rva = rva;
 				c->abort_len = len;
 				c->abort_off = off;
-				printf("evil: late-abort: READ itt 0x%08x left unanswered\n", itt);
+				c->ping_held = false;
+				printf("evil: %s: READ itt 0x%08x left unanswered\n",
+				       mode_names[c->abort_mode], itt);
 				fflush(stdout);
+				return;
+			}
+			if (mode == M_ITT_JUNK) {
+				/* The data, then the status by plain SEND with
+				 * ITT_JUNK in the ITT, then later the same data
+				 * again with the READ's rkey. */
+				uint32_t raw;
+				uint8_t w[4];
+
+				if (rdma_op(c, true, rstag, rva, off, len, 0))
+					return;
+				fire();
+				memcpy(&raw, bhs + 16, sizeof(raw));
+				raw |= ITT_JUNK;
+				memcpy(w, &raw, sizeof(w));
+				printf("evil: itt-junk: READ itt 0x%08x answered as 0x%08x\n", itt,
+				       be32(w));
+				fflush(stdout);
+				send_rsp(c, be32(w), 0, 0, 0, 0, false, 0);
+				late_arm(c, true, rstag, rva, len, off);
 				return;
 			}
 			if (mode == M_WRONG_DATA || mode == M_LOST_WRITE) {
@@ -1697,6 +1769,13 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			printf("evil: Logout Response sent for NOP-Out itt 0x%08x at %.3f\n",
 			       be32(bhs + 16), now_s());
 			fflush(stdout);
+		} else if (be32(bhs + 16) != 0xffffffff && c->abort_wait &&
+			   c->abort_mode == M_TMF_SPOOF) {
+			/* tmf-spoof: unanswered; its ITT answers the ABORT TASK. */
+			c->ping_held = true;
+			c->ping_itt = be32(bhs + 16);
+			printf("evil: tmf-spoof: ping itt 0x%08x held\n", c->ping_itt);
+			fflush(stdout);
 		} else if (be32(bhs + 16) != 0xffffffff) {
 			if (nop_armed) {
 				printf("evil: NOP-Out ping itt 0x%08x at %.3f answered\n",
@@ -1715,8 +1794,10 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		break;
 	case 0x02: {	/* Task management: done (a held command is dropped) */
 		uint8_t fn = bhs[1] & 0x7f;
-		uint8_t *r;
-		int i;
+		uint32_t itt = be32(bhs + 16), rsp_itt = itt;
+		/* the ABORT TASK of the READ late-abort, tmf-spoof or tmf-dup holds */
+		bool held = fn == 1 && c->abort_wait && be32(bhs + 20) == c->abort_itt;
+		enum mode am = held ? c->abort_mode : M_NONE;
 
 		/*
 		 * silent-all: an ABORT TASK is refused (Function Rejected), so
@@ -1729,22 +1810,31 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			break;
 		if (!c->silent_all)
 			c->silent = false;
-		i = tx_get(c);
-		if (i < 0)
+		/* tmf-spoof: the answer names the held ping, not this TMF. */
+		if (am == M_TMF_SPOOF && c->ping_held)
+			rsp_itt = c->ping_itt;
+		if (send_tmf_rsp(c, rsp_itt, c->silent_all ? 5 : 0))
 			break;
-		r = pdu_start(c, i) + ISER_HDR;
-		r[0] = 0x22;
-		r[1] = 0x80;
-		r[2] = c->silent_all ? 5 : 0;
-		put32(r + 16, be32(bhs + 16));
-		set_sn(c, r, true);
-		tx_post(c, i, HDRS, 0, false);
-		if (fn == 1 && c->abort_wait && be32(bhs + 20) == c->abort_itt) {
-			/* late-abort: the aborted READ's rkey, 50 ms from now */
-			c->abort_wait = false;
-			printf("evil: late-abort: ABORT TASK for itt 0x%08x answered\n", c->abort_itt);
-			late_arm(c, true, c->abort_rstag, c->abort_rva, c->abort_len, c->abort_off);
-		}
+		/* tmf-dup: the same answer again, with the next StatSN. */
+		if (am == M_TMF_DUP && send_tmf_rsp(c, itt, 0))
+			break;
+		if (!held)
+			break;
+		/* The aborted READ's rkey, 50 ms from now. */
+		c->abort_wait = false;
+		if (am == M_TMF_SPOOF && c->ping_held)
+			printf("evil: tmf-spoof: ABORT TASK itt 0x%08x answered with the ping's itt 0x%08x\n",
+			       itt, rsp_itt);
+		else if (am == M_TMF_SPOOF)
+			printf("evil: tmf-spoof: no ping held: ABORT TASK itt 0x%08x answered with its own itt, not spoofed\n",
+			       itt);
+		else if (am == M_TMF_DUP)
+			printf("evil: tmf-dup: ABORT TASK itt 0x%08x answered twice\n", itt);
+		else
+			printf("evil: late-abort: ABORT TASK for itt 0x%08x answered\n",
+			       c->abort_itt);
+		c->ping_held = false;
+		late_arm(c, true, c->abort_rstag, c->abort_rva, c->abort_len, c->abort_off);
 		break;
 	}
 	case 0x04:	/* Text: nothing to say */
@@ -1779,12 +1869,28 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 static void late_drain(struct conn *c)
 {
 	struct ibv_wc wc[16];
-	int n;
+	int n, waited = 0;
 
-	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
-		for (int i = 0; i < n; i++)
-			if ((uint32_t)(wc[i].wr_id >> 32) == WR_LATE)
-				late_done(c, &wc[i], (uint32_t)wc[i].wr_id);
+	/*
+	 * A late access posted just before the connection closed completes
+	 * (or is flushed) soon after: wait for its verdict, 2 s at most, so
+	 * that every armed access ends in one line.
+	 */
+	do {
+		while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
+			for (int i = 0; i < n; i++)
+				if ((uint32_t)(wc[i].wr_id >> 32) == WR_LATE)
+					late_done(c, &wc[i], (uint32_t)wc[i].wr_id);
+		if (!c->late.posted)
+			break;
+		usleep(10000);
+	} while (++waited < 200);
+	if (c->late.posted) {
+		c->late.posted = false;
+		printf("evil: late %s posted, no completion before the connection went\n",
+		       c->late.write ? "write" : "read");
+		fflush(stdout);
+	}
 	if (c->late.on) {
 		c->late.on = false;
 		printf("evil: late %s not tried: the connection closed first\n",

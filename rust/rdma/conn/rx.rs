@@ -316,8 +316,15 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         unsafe { core::slice::from_raw_parts(b.0.ptr.as_ptr(), self.len) }
     }
 
-    /// Reposts the receive, ending the read.
+    /// Reposts the receive, ending the read. A failed receive (flushed,
+    /// or in error: the QP is in the error state) is not posted again,
+    /// where it would only fail anew: the slot is left as dropping the
+    /// value leaves it, and `ENOTCONN` returned.
     pub(crate) fn repost(self) -> Result {
+        if !self.wc.ok() {
+            drop(self);
+            return Err(ENOTCONN);
+        }
         let this = core::mem::ManuallyDrop::new(self);
         // INVARIANT: only this value moves the slot on from `READING`.
         this.slot.state.store(POSTED, Ordering::Release);

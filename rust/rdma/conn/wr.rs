@@ -135,8 +135,10 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
     fn repost_failed(&self, tag: u32, e: Error);
     /// A signaled send completed, or any send failed. Unsignaled work
     /// requests (registration, invalidation) report with tag
-    /// [`UNSIGNALED_TAG`], on error only.
-    fn send_done(&self, tag: u32, wc: Wc);
+    /// [`UNSIGNALED_TAG`], on error only. The tag stays taken (no work
+    /// request can be posted on it) until `done` is released or dropped,
+    /// so what the handler keeps by tag is still the completed request's.
+    fn send_done(&self, done: SendDone<'_>, wc: Wc);
     /// The QP reported an asynchronous event (possibly in atomic context:
     /// providers report from their completion paths).
     fn qp_event(&self, _ev: super::super::AsyncEvent) {}
@@ -144,6 +146,67 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
 
 /// The tag of unsignaled work requests.
 pub(crate) const UNSIGNALED_TAG: u32 = u32::MAX;
+
+/// The completion of a signaled send, as [`QpHandler::send_done`] gets it.
+/// It holds the send's tag: until it is released (or dropped), nothing
+/// can be posted on the tag, so whatever the handler recorded for the tag
+/// is the completed request's, not a later one's.
+///
+/// # Invariants
+///
+/// `tag`, when set, is held by the signaled send whose completion is
+/// being handled, and nothing else releases it: only this value does,
+/// once.
+pub(crate) struct SendDone<'a> {
+    /// The tag, for a signaled request; `None` for an unsignaled one's
+    /// error.
+    tag: Option<&'a Tag>,
+}
+
+impl<'a> SendDone<'a> {
+    /// The completion of the request last posted on `tag`.
+    ///
+    /// # Safety
+    ///
+    /// `tag`'s last work request has completed and this completion is
+    /// being handled: one `SendDone` per completion (the tag is released
+    /// when it goes, freeing what the request held).
+    pub(super) unsafe fn new(tag: &'a Tag) -> Self {
+        // INVARIANT: the caller hands over the completed request's hold.
+        Self {
+            tag: (tag.id != UNSIGNALED_TAG).then_some(tag),
+        }
+    }
+
+    /// The tag the send was posted with ([`UNSIGNALED_TAG`] for an
+    /// unsignaled request).
+    pub(crate) fn tag(&self) -> u32 {
+        self.tag.map_or(UNSIGNALED_TAG, |t| t.id)
+    }
+
+    /// The number of work requests posted on the tag up to and including
+    /// the one that completed (wrapping): what
+    /// [`Connection::send_tag_posts`] said after that post.
+    pub(crate) fn post(&self) -> u32 {
+        self.tag.map_or(0, |t| t.posts.load(Ordering::Acquire))
+    }
+
+    /// Frees the tag for the next work request, releasing the buffer the
+    /// request held.
+    pub(crate) fn release(mut self) {
+        if let Some(t) = self.tag.take() {
+            t.release();
+        }
+    }
+}
+
+impl Drop for SendDone<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.tag.take() {
+            t.release();
+        }
+    }
+}
 
 /// The completion entry of one work request slot.
 ///
@@ -156,6 +219,9 @@ pub(super) struct Tag {
     pub(super) cqe: bindings::ib_cqe,
     pub(super) id: u32,
     pub(super) keep: AtomicPtr<DmaBuf>,
+    /// Work requests held on the tag so far (wrapping); written only by
+    /// the holder, after it took the tag.
+    pub(super) posts: AtomicU32,
 }
 
 /// The completion callback of a tag: ib_core calls it with the CQ and the
@@ -168,6 +234,7 @@ impl Tag {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
             keep: AtomicPtr::new(null_mut()),
+            posts: AtomicU32::new(0),
         }
     }
 
@@ -196,6 +263,9 @@ impl Tag {
             }
             return Err(EBUSY);
         }
+        // Only the holder writes it: the tag was taken just above.
+        let n = self.posts.load(Ordering::Relaxed).wrapping_add(1);
+        self.posts.store(n, Ordering::Release);
         Ok(())
     }
 
