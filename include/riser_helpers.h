@@ -53,6 +53,21 @@ unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc);
 struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn);
 struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session);
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task);
+bool riser_iscsi_put_task_not_last(struct iscsi_task *task);
+/*
+ * The context rust/iscsi checks before it takes libiscsi's session locks:
+ * transport callbacks that libiscsi calls under them mark the CPU (with
+ * preemption off) while they run. riser_iscsi_lock_context() is negative
+ * where the locks may not be taken (marked, hard interrupt, NMI, interrupts
+ * off), 0 where they may and bottom halves are off already, 1 where they
+ * may once bottom halves are turned off.
+ */
+void riser_iscsi_locked_enter(void);
+void riser_iscsi_locked_exit(void);
+int riser_iscsi_lock_context(void);
+bool riser_bh_lock_allowed(void);
+void riser_local_bh_disable(void);
+void riser_local_bh_enable(void);
 struct module;
 bool riser_try_module_get(struct module *module);
 /* An unbound, reclaim-safe workqueue named name (alloc_workqueue is a macro). */

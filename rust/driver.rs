@@ -30,7 +30,7 @@ mod stats;
 use crate::{
     iscsi::{
         self, caps, host_param, param, Attr, Conn, ConnSlot, CustomStats, Direction, PduRewrite,
-        Registry, SessionLimits, Task, Transport, TransportOps,
+        Registry, SessionLimits, Task, Transport, TransportOps, XmitTask,
     },
     proto::{
         login,
@@ -387,7 +387,7 @@ impl TransportOps for Iser {
         Ok(())
     }
 
-    fn xmit_task(ep: &IserConn, task: &mut Task<'_, Self>) -> Result {
+    fn xmit_task(ep: &IserConn, task: &mut XmitTask<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
             return res.send_control(task);
@@ -412,7 +412,7 @@ impl TransportOps for Iser {
             // The command is on the wire: libiscsi must not requeue it, so
             // report it sent and let recovery fail it. libiscsi holds the
             // session's frwd_lock here, which failing the connection takes:
-            // that is done from a workqueue.
+            // that is done from a workqueue (as `fail` would do here too).
             drop(res);
             ep.fail_later(why);
         }
@@ -434,12 +434,6 @@ impl TransportOps for Iser {
 
     fn custom_stats(ep: &IserConn, out: &mut CustomStats<'_>) {
         stats::fill(ep, out);
-    }
-
-    fn cleanup_task(_ep: Option<&IserConn>, _task: &Task<'_, Self>) {
-        // Nothing is left to do: a command's task is freed only once the
-        // target can no longer reach its memory (its rkey invalidated, its
-        // sends completed: see `Track`), and the layer unmaps the data.
     }
 }
 

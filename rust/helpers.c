@@ -2,9 +2,14 @@
 /*
  * C helpers: static inline functions and macros of the kernel headers, made
  * callable from Rust. Each is a one-line forward; see include/riser_helpers.h.
+ * The one per-CPU variable, which Rust cannot define, is here too: the mark
+ * rust/iscsi/context.rs keeps of the callbacks libiscsi runs under its locks.
  */
 #include <kunit/test.h>
 #include <kunit/test-bug.h>
+#include <linux/bottom_half.h>
+#include <linux/percpu.h>
+#include <linux/preempt.h>
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
@@ -123,6 +128,48 @@ struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task)
 {
 	return iscsi_task_has_unsol_data(task);
+}
+
+bool riser_iscsi_put_task_not_last(struct iscsi_task *task)
+{
+	return refcount_dec_not_one(&task->refcount);
+}
+
+/* How deep this CPU is in transport callbacks run under libiscsi's locks. */
+static DEFINE_PER_CPU(unsigned int, riser_iscsi_locked);
+
+void riser_iscsi_locked_enter(void)
+{
+	preempt_disable();
+	this_cpu_inc(riser_iscsi_locked);
+}
+
+void riser_iscsi_locked_exit(void)
+{
+	this_cpu_dec(riser_iscsi_locked);
+	preempt_enable();
+}
+
+bool riser_bh_lock_allowed(void)
+{
+	return !in_hardirq() && !in_nmi() && !irqs_disabled();
+}
+
+int riser_iscsi_lock_context(void)
+{
+	if (this_cpu_read(riser_iscsi_locked) || !riser_bh_lock_allowed())
+		return -1;
+	return softirq_count() ? 0 : 1;
+}
+
+void riser_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void riser_local_bh_enable(void)
+{
+	local_bh_enable();
 }
 
 bool riser_try_module_get(struct module *module)

@@ -101,12 +101,13 @@ pub(crate) const fn cmd_size() -> u32 {
     size as u32
 }
 
+mod context;
 pub(crate) mod stats;
 mod task;
 mod transport;
 
 pub(crate) use stats::CustomStats;
-pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, BHS_LEN};
+pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, XmitTask, BHS_LEN};
 pub(crate) use transport::{Registry, Transport};
 
 use core::net::SocketAddr;
@@ -243,27 +244,24 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// context).
     fn custom_stats(_ep: &Self::Ep, _out: &mut CustomStats<'_>) {}
 
-    /// libiscsi prepares `task` (atomic context). A SCSI command refused
-    /// here is failed (libiscsi turns any error into `EIO`, then
-    /// `DID_ABORT`, which the midlayer does not retry): refuse only a
-    /// command that can never be sent; one that cannot go now is refused by
-    /// `xmit_task`, which libiscsi requeues.
+    /// libiscsi prepares `task` (atomic context, under the session's
+    /// `frwd_lock`). A SCSI command refused here is failed (libiscsi turns
+    /// any error into `EIO`, then `DID_ABORT`, which the midlayer does not
+    /// retry): refuse only a command that can never be sent; one that
+    /// cannot go now is refused by `xmit_task`, which libiscsi requeues.
+    /// Under that lock [`Conn::complete_pdu`] is refused and
+    /// [`ConnSlot::fail`] defers to a workqueue.
     fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }
 
-    /// libiscsi sends `task` (atomic context).
-    fn xmit_task(_ep: &Self::Ep, _task: &mut Task<'_, Self>) -> Result {
+    /// libiscsi sends `task` (atomic context, under the session's
+    /// `frwd_lock`, as `init_task`). Only here is a task an [`XmitTask`],
+    /// whose data buffer and unsolicited Data-Out sequence are the
+    /// sender's.
+    fn xmit_task(_ep: &Self::Ep, _task: &mut XmitTask<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }
-
-    /// libiscsi frees `task` (atomic context, under the session's
-    /// `back_lock`): every reference is gone; the layer unmaps its data
-    /// right after and libiscsi then completes its SCSI command. `ep` is
-    /// the endpoint bound now, if any: when the last reference was one the
-    /// driver dropped after the connection stopped, that is none, or the
-    /// endpoint of a later connection, not the one the task went out on.
-    fn cleanup_task(_ep: Option<&Self::Ep>, _task: &Task<'_, Self>) {}
 }
 
 #[kunit_tests(riser_iscsi)]

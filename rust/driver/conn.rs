@@ -35,7 +35,7 @@ use kernel::{
     new_condvar, new_mutex,
     prelude::*,
     revocable::Revocable,
-    sync::{Arc, CondVar, Mutex, SetOnce},
+    sync::{Arc, Completion, CondVar, Mutex, SetOnce},
     time::{msecs_to_jiffies, Instant, Monotonic},
 };
 
@@ -138,6 +138,10 @@ pub(crate) struct IserConn {
     pub(super) failed: AtomicBool,
     /// The release of the resources was handed to the release queue (once).
     release_queued: AtomicBool,
+    /// Completed once the resources' QP is drained and destroyed and the
+    /// task references are dropped (`Res`'s drop, before its slow frees):
+    /// `shut` waits for it.
+    pub(super) quiesced: Arc<Completion>,
     /// The clock of the async-message limit.
     pub(super) born: Instant<Monotonic>,
     /// Start (milliseconds after `born`) of the current one-second window
@@ -153,6 +157,7 @@ pub(crate) struct IserConn {
 impl IserConn {
     pub(super) fn connect(dst: SocketAddr) -> Result<Arc<Self>> {
         let params = crate::params::current()?;
+        let quiesced = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
         let c = Arc::pin_init(
             pin_init!(IserConn {
                 state <- new_mutex!(State {
@@ -175,6 +180,7 @@ impl IserConn {
                 rx_octets: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
                 release_queued: AtomicBool::new(false),
+                quiesced,
                 born: Instant::now(),
                 async_window: AtomicI64::new(0),
                 async_count: AtomicU32::new(0),
@@ -228,28 +234,38 @@ impl IserConn {
         }
     }
 
-    /// Tears the connection down and has its resources freed, without
-    /// waiting for the frees: idempotent. The caller is iscsid (stop,
-    /// disconnect) or the iSCSI class's cleanup work, which blocks the
-    /// session and starts its replacement timer only after the disconnect;
-    /// and for a connection of hundreds of commands the frees take a
-    /// second or two on a debug kernel (three quarters of it DMA buffers,
-    /// the rest MRs and the QP). They run on riser's release queue, in
-    /// `Res`'s order: the QP drained and destroyed, and only then the task
+    /// Tears the connection down and has its resources freed, waiting only
+    /// until the target can reach nothing and riser holds no task: the
+    /// frees themselves go on behind. Idempotent; every call waits. The
+    /// caller is iscsid (stop, disconnect) or the iSCSI class's cleanup
+    /// work, which has libiscsi fail the connection's commands only after
+    /// this returns, and blocks the session and starts its replacement
+    /// timer only after the disconnect.
+    ///
+    /// The release runs on riser's release queue, in `Res`'s order: the QP
+    /// disconnected, drained and destroyed, and only then the task
     /// references dropped, so no command completes while the target can
-    /// still reach its memory (the PD is the connection's own); then the
-    /// MRs, the PD and the buffers.
-    /// The layer waits for those references before it frees a connection
-    /// or session. Without the queue (module unload) the frees run here.
+    /// still reach its memory (the PD is the connection's own). That much
+    /// is awaited here (nvme-rdma's order: no reference of riser's outlives
+    /// the stop, so none can complete a command the midlayer has since
+    /// sent again); the MRs, the PD, the CQ, the CM id and the buffers (a
+    /// second or two on a debug kernel for hundreds of commands, three
+    /// quarters of it DMA buffers) are freed after, unawaited. Without the
+    /// queue (module unload) everything runs here.
     pub(super) fn shut(self: &Arc<Self>) {
         self.terminate();
-        if self.release_queued.swap(true, Ordering::AcqRel) {
-            return;
+        if !self.release_queued.swap(true, Ordering::AcqRel) {
+            self.log_totals();
+            let c = self.clone();
+            if let Err(release) = RELEASES.spawn(move || c.release(true)) {
+                release();
+            }
         }
-        self.log_totals();
-        let c = self.clone();
-        if let Err(release) = RELEASES.spawn(move || c.release(true)) {
-            release();
+        // Resources made are dropped by the release queued above (or the
+        // device-removal handler), which completes this after the QP and
+        // before the slow frees. None made: nothing to wait for.
+        if self.res.as_ref().is_some() {
+            self.quiesced.wait_for_completion();
         }
     }
 
@@ -379,12 +395,14 @@ impl IserConn {
         }
     }
 
-    /// The connection failed under libiscsi: hand recovery to iscsid.
+    /// The connection failed under libiscsi: hand recovery to iscsid (at
+    /// once, or from a workqueue where libiscsi's locks may be held: the
+    /// layer decides).
     pub(super) fn fail(&self, why: Failure) {
         if !self.failed.swap(true, Ordering::AcqRel) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
         }
-        self.bound.with(|c| c.failure());
+        self.bound.fail();
     }
 
     /// Makes the connection's resources and connects. On any failure the
@@ -470,6 +488,7 @@ impl IserConn {
         let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
         let res = Res::new(
             conn,
+            self.quiesced.clone(),
             trace::id(self),
             ctx,
             sizing,

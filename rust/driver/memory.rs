@@ -201,6 +201,26 @@ impl Track {
         }
     }
 
+    /// Takes the next task reference held, from position `*at` on (the
+    /// slots' registrations, then the send tags), and moves `*at` past it;
+    /// `None` when none is left.
+    pub(super) fn take_ref(&mut self, at: &mut usize) -> Option<TaskRef> {
+        let slots = self.inflight.len();
+        while let Some(f) = self.inflight.get_mut(*at) {
+            *at += 1;
+            if let Some((_, r)) = f.mr.take() {
+                return Some(r);
+            }
+        }
+        while let Some(p) = self.puts.get_mut(*at - slots) {
+            *at += 1;
+            if let Some(p) = p.take() {
+                return Some(p.task);
+            }
+        }
+        None
+    }
+
     /// The held TMF Response, if the commands it waits for are done.
     pub(super) fn release_held(&mut self) -> Option<Bhs> {
         let scope = self.held.as_ref()?.scope;

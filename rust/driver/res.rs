@@ -20,22 +20,26 @@ use kernel::{
     alloc::{KBox, KVec},
     new_spinlock_irq,
     prelude::*,
-    sync::{Arc, SetOnce, SpinLockIrq},
+    sync::{Arc, Completion, SetOnce, SpinLockIrq},
 };
 
 /// The resources of a connected iSER connection. Dropping it (after the
 /// revocation that stops every fast-path user) disconnects, drains and
-/// destroys the QP first (`PinnedDrop`); then the fields drop in order:
-/// the task references (`track`, so the commands complete as soon as the
-/// target can reach none of their memory: the PD is the connection's own,
-/// so with its one QP gone no peer can use an rkey of it), then the MRs,
-/// the PD, the CQ and the CM id (`conn`), then the buffers. Its locks are
-/// boxed, so that it needs no pinning and may have that `Drop`.
+/// destroys the QP first, then drops the task references (so the commands
+/// complete as soon as the target can reach none of their memory: the PD
+/// is the connection's own, so with its one QP gone no peer can use an
+/// rkey of it) and completes `quiesced`, for which `IserConn::shut`
+/// waits; then the fields drop: the MRs, the PD, the CQ and the CM id
+/// (`conn`), then the buffers. Its locks are boxed, so that it needs no
+/// pinning and may have that `Drop`.
 pub(super) struct Res {
     /// What the target can still reach of each command, and the references
     /// that hold the commands until it cannot.
     pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
     pub(super) conn: Connection<IserConn>,
+    /// Completed by the drop once the QP is gone and the task references
+    /// are dropped.
+    quiesced: Arc<Completion>,
     /// The owning connection's address, which its tracepoint events carry.
     pub(super) trace_id: usize,
     pub(super) dev: DevUse,
@@ -78,6 +82,17 @@ impl Drop for Res {
         // Before any field: the task references in `track` may go only
         // once the QP, the one way to the connection's PD, is gone.
         self.conn.destroy_qp();
+        // Then every one of them, outside the lock (the last one frees its
+        // task, which takes libiscsi's locks), before the slow frees.
+        let mut at = 0;
+        loop {
+            let r = self.track.lock().take_ref(&mut at);
+            match r {
+                Some(r) => drop(r),
+                None => break,
+            }
+        }
+        self.quiesced.complete_all();
     }
 }
 
@@ -128,6 +143,7 @@ impl Bufs {
 impl Res {
     pub(super) fn new(
         conn: Connection<IserConn>,
+        quiesced: Arc<Completion>,
         trace_id: usize,
         dev: DevUse,
         sizing: ConnSizing,
@@ -136,6 +152,7 @@ impl Res {
     ) -> Self {
         Res {
             conn,
+            quiesced,
             trace_id,
             dev,
             sizing,

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     fault::{self, Site},
-    iscsi::{Direction, Task},
+    iscsi::{Direction, XmitTask},
     proto::{
         iser::{IserHeader, StagVa},
         login,
@@ -30,7 +30,7 @@ impl Res {
     /// shares `xmit_task` with the SCSI commands, which it would otherwise
     /// weigh down.
     #[inline(never)]
-    pub(super) fn send_control(&self, task: &Task<'_, Iser>) -> Result {
+    pub(super) fn send_control(&self, task: &XmitTask<'_, Iser>) -> Result {
         let bhs = Bhs(task.bhs());
         let r = self.send_control_pdu(task, &bhs);
         if let Err(e) = r {
@@ -71,7 +71,7 @@ impl Res {
             .ok_or(EBUSY)
     }
 
-    pub(super) fn send_control_pdu(&self, task: &Task<'_, Iser>, bhs: &Bhs) -> Result {
+    pub(super) fn send_control_pdu(&self, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
         let data = task.mgmt_data();
         let hdrs = Self::headers(IserHeader::default(), bhs)?;
         // A PDU that expects no response is released by the layer once
@@ -139,7 +139,7 @@ impl Res {
     /// caller read.
     pub(super) fn send_command(
         &self,
-        task: &mut Task<'_, Iser>,
+        task: &mut XmitTask<'_, Iser>,
         dir: Direction,
         len: u32,
     ) -> Result<(bool, Option<Failure>)> {
@@ -363,7 +363,7 @@ impl Res {
     /// so the data stays mapped while the device reads it.
     pub(super) fn send_dataouts(
         &self,
-        task: &Task<'_, Iser>,
+        task: &XmitTask<'_, Iser>,
         r: &Registration<'_>,
         reserved: u32,
     ) -> Option<Failure> {

@@ -39,8 +39,9 @@ impl CustomStats<'_> {
 
     /// How many counters are written.
     pub(crate) fn len(&self) -> u32 {
-        // SAFETY: The stats are ours (type invariant).
-        unsafe { (*self.stats.as_ptr()).custom_length }
+        // SAFETY: The stats are ours (type invariant); read through a raw
+        // pointer.
+        unsafe { (&raw const (*self.stats.as_ptr()).custom_length).read() }
     }
 
     /// Adds the counter `name` (cut to 63 bytes) with `value`. False, and
@@ -63,9 +64,14 @@ impl CustomStats<'_> {
         let s = self.stats.as_ptr();
         // SAFETY: `n` is below `MAX`, so entry `n` is inside the room the
         // reply has after the stats (type invariant); the stats are ours.
+        // The entries are reached through raw pointers only: no reference
+        // to the reply (or its flexible array) is formed.
         unsafe {
-            (*s).custom.as_mut_ptr().add(n as usize).write(entry);
-            (*s).custom_length = n + 1;
+            (&raw mut (*s).custom)
+                .cast::<bindings::iscsi_stats_custom>()
+                .add(n as usize)
+                .write(entry);
+            (&raw mut (*s).custom_length).write(n + 1);
         }
         true
     }

@@ -2,7 +2,10 @@
 
 //! libiscsi's tasks and connections as the transport sees them.
 
-use super::TransportOps;
+use super::{
+    context::{self, BhOff},
+    TransportOps,
+};
 use crate::{
     bindings,
     sg::{DmaDir, SgMapping},
@@ -24,47 +27,117 @@ pub(crate) const BHS_LEN: usize = 48;
 /// What the layer keeps in each libiscsi task's `dd_data`: the header
 /// libiscsi builds PDUs in, the data mapping (of the transport's type
 /// [`TransportOps::DataMap`], made and dropped by the layer, so it is
-/// always undone in cleanup) and the count of [`TaskRef`]s alive on the
-/// task.
+/// always undone in cleanup) and what the task's [`TaskRef`]s reach.
 ///
 /// # Invariants
 ///
-/// Written once per task slot when the session is made; its contents are
-/// taken (the mapping undone) when the session is destroyed, leaving a
-/// valid empty slot. `hdr` is where the task's `hdr` points: libiscsi
-/// writes it, so Rust reads it only through raw pointers. `sg` is
-/// accessed only through a [`Task`] of the slot, by `&mut` to change it
-/// (`map_data`, `unmap_data`), and libiscsi never runs two callbacks of one
-/// task at once that reach it (see [`Task`]). `refs` counts the live
-/// [`TaskRef`]s of the task; the layer tears a connection or session down
-/// only once every slot's count is zero (it waits for that, and leaks them
-/// if it does not come, see `transport/session.rs`), so a `TaskRef` never
-/// outlives its task.
+/// Initialised in place once per task slot when the session is made
+/// ([`TaskSlot::init`]), and not moved; its contents are taken (the
+/// mapping undone) when the session is destroyed, leaving a valid empty
+/// slot. `hdr` is where the task's `hdr` points: libiscsi writes it, so
+/// Rust reads it only through raw pointers. `sg` is accessed only through
+/// a [`Task`] of the slot, by `&mut` to change it (`map_data`,
+/// `unmap_data`), and libiscsi never runs two callbacks of one task at
+/// once that reach it (see [`Task`]).
 #[repr(C)]
 pub(super) struct TaskSlot<T: TransportOps> {
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,
     sg: UnsafeCell<Option<T::DataMap>>,
-    pub(super) refs: AtomicU32,
+    pub(super) refs: SlotRefs,
+}
+
+/// The part of a [`TaskSlot`] that the task's [`TaskRef`]s reach: how many
+/// are alive, and the work that puts the last one when it was dropped
+/// where libiscsi's `back_lock` cannot be taken.
+///
+/// # Invariants
+///
+/// `task` is the task whose `dd_data` holds the slot; `put_work` is
+/// initialised with [`SlotRefs::put_work_fn`] when the slot is. `count`
+/// counts the live [`TaskRef`]s of the task, and a reference handed to
+/// `put_work` until the work has put it; the layer tears a connection or
+/// session down only once every slot's count is zero (it waits for that,
+/// and leaks them if it does not come, see `transport/session.rs`), so a
+/// `TaskRef` never outlives its task. `put_work` is queued only by the drop
+/// of a `TaskRef` that holds the task's last reference, which hands that
+/// reference to the work: while it is queued the task has no other, so no
+/// second drop queues it again before it ran.
+#[repr(C)]
+pub(super) struct SlotRefs {
+    pub(super) count: AtomicU32,
+    task: *mut bindings::iscsi_task,
+    put_work: Opaque<bindings::work_struct>,
 }
 
 impl<T: TransportOps> TaskSlot<T> {
-    pub(super) fn new() -> Self {
-        Self {
-            hdr: Opaque::zeroed(),
-            sg: UnsafeCell::new(None),
-            refs: AtomicU32::new(0),
-        }
+    /// Initialises the slot of `task` in place.
+    ///
+    /// # Safety
+    ///
+    /// `slot` must be `task`'s `dd_data`, valid for writes, unused, and not
+    /// moved until the session is destroyed.
+    pub(super) unsafe fn init(slot: *mut Self, task: *mut bindings::iscsi_task) {
+        // SAFETY: `slot` is valid for writes (function contract).
+        unsafe {
+            slot.write(Self {
+                hdr: Opaque::zeroed(),
+                sg: UnsafeCell::new(None),
+                refs: SlotRefs {
+                    count: AtomicU32::new(0),
+                    task,
+                    put_work: Opaque::uninit(),
+                },
+            })
+        };
+        // SAFETY: The work item is in the slot, which stays in place (function
+        // contract); a work item is initialised once, before any use.
+        unsafe {
+            bindings::init_work_with_key(
+                (*slot).refs.put_work.get(),
+                Some(SlotRefs::put_work_fn),
+                false,
+                c"riser task put".as_char_ptr(),
+                kernel::static_lock_class!().as_ptr(),
+            )
+        };
     }
 
-    /// Undoes the slot's mapping, if any, when the session goes.
+    /// Undoes the slot's mapping, if any, when the session goes, and waits
+    /// for a deferred put that is still returning. Process context.
     ///
     /// # Safety
     ///
     /// `slot` must be an initialised slot of a task libiscsi no longer
-    /// uses, with no [`Task`] alive on it.
+    /// uses, with no [`Task`] or [`TaskRef`] alive on it (its count zero).
     pub(super) unsafe fn take_contents(slot: *mut Self) {
         // SAFETY: No `Task` reaches `sg` (function contract).
         drop(unsafe { (*(*slot).sg.get()).take() });
+        // With the count at zero the work is not queued (a queued put is
+        // counted); this waits for one whose last step, the count, is done.
+        // SAFETY: The work item was initialised with the slot.
+        unsafe { bindings::cancel_work_sync((*slot).refs.put_work.get()) };
+    }
+}
+
+impl SlotRefs {
+    /// Puts the reference a [`TaskRef`] handed over (process context, from
+    /// the system workqueue).
+    ///
+    /// # Safety
+    ///
+    /// Called by the workqueue with the `put_work` of a [`SlotRefs`].
+    unsafe extern "C" fn put_work_fn(w: *mut bindings::work_struct) {
+        // SAFETY: `w` is the `put_work` field of a slot (`Opaque` is
+        // transparent), which stays until its count is zero.
+        let refs = unsafe {
+            &*kernel::container_of!(w.cast::<Opaque<bindings::work_struct>>(), Self, put_work)
+        };
+        // SAFETY: The work owns one reference of the task, still counted
+        // (type invariant), so its connection and session are alive; in
+        // process context `iscsi_put_task` may take the back_lock.
+        unsafe { bindings::iscsi_put_task(refs.task) };
+        // The last access to the slot: the teardown may go on from here.
+        refs.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -81,11 +154,12 @@ pub(crate) enum Direction {
     Bidi,
 }
 
-/// A libiscsi task, borrowed during a transport callback.
+/// A libiscsi task, borrowed during a transport callback: what any of them
+/// may read. The one `xmit_task` gets is an [`XmitTask`], which adds what
+/// only a task being sent may do.
 ///
 /// Neither `Send` nor `Sync` (it holds a raw pointer): it stays on the
-/// callback's thread, so its `&self` methods that update libiscsi's
-/// per-task state (the unsolicited Data-Out sequence) never race.
+/// callback's thread.
 ///
 /// # Invariants
 ///
@@ -93,19 +167,38 @@ pub(crate) enum Direction {
 /// initialised [`TaskSlot`], and it holds a reference (`refcount`) for
 /// `'a`: libiscsi's own during `init_task`, the layer's during `xmit_task`
 /// (taken in `xmit_task_callback`, because a response on another CPU may
-/// complete the task while it is being sent), none needed during
-/// `cleanup_task`, which libiscsi calls once the last reference is gone and
-/// before the task goes back to the pool. So the task, its `sc` and `sc`'s
-/// scatterlist are valid for `'a`. One `Task` exists per callback, and
-/// libiscsi runs the callbacks of one task one at a time (`init_task` and
-/// `xmit_task` under the session's transmit serialisation; `cleanup_task`
-/// only once no reference, so no `xmit_task`, is left): the slot's `sg`
-/// is reached by no one else while a `Task` borrows it. The task's fields
-/// are read through the raw pointer, never through a reference to the
-/// whole `iscsi_task`, which libiscsi changes under us.
+/// complete the task while it is being sent), none needed during the
+/// layer's `cleanup_task`, which libiscsi calls once the last reference is
+/// gone and before the task goes back to the pool. So the task, its `sc`
+/// and `sc`'s scatterlist are valid for `'a`. One `Task` exists per
+/// callback, and libiscsi runs the callbacks of one task one at a time
+/// (`init_task` and `xmit_task` under the session's `frwd_lock`;
+/// `cleanup_task` only once no reference, so no `xmit_task`, is left): the
+/// slot's `sg` is reached by no one else while a `Task` borrows it. The
+/// task's fields are read through the raw pointer, never through a
+/// reference to the whole `iscsi_task`, which libiscsi changes under us.
 pub(crate) struct Task<'a, T: TransportOps> {
     ptr: NonNull<bindings::iscsi_task>,
     _p: PhantomData<(&'a (), T)>,
+}
+
+/// The task `xmit_task` sends: a [`Task`] (which it dereferences to) that
+/// may also map the command's data, read a management PDU's data segment
+/// and step through the unsolicited Data-Out sequence. `init_task` gets a
+/// plain `&Task`, and no other callback of the transport gets a task, so
+/// none of that is reachable where libiscsi's data buffer and
+/// `unsol_r2t` are not the sender's.
+///
+/// # Invariants
+///
+/// `task` satisfies [`Task`]'s invariant, and libiscsi is transmitting
+/// the task for `'a`, under the session's `frwd_lock`: its `data` (the
+/// connection's data buffer for a login or text PDU) holds `data_count`
+/// bytes that nothing rewrites meanwhile, and its `unsol_r2t` is changed
+/// by no one else (libiscsi prepares unsolicited Data-Outs only in the
+/// transmit path, which that lock serialises).
+pub(crate) struct XmitTask<'a, T: TransportOps> {
+    task: Task<'a, T>,
 }
 
 /// An unsolicited Data-Out PDU to send: its BHS and the part of the data it
@@ -169,18 +262,6 @@ impl<'a, T: TransportOps> Task<'a, T> {
         unsafe { (*(*self.raw()).hdr).itt == RESERVED_ITT }
     }
 
-    /// A management PDU's data segment.
-    pub(crate) fn mgmt_data(&self) -> &[u8] {
-        // SAFETY: The task is live (type invariant).
-        let (data, count) = unsafe { ((*self.raw()).data, (*self.raw()).data_count) };
-        if data.is_null() || count == 0 {
-            return &[];
-        }
-        // SAFETY: libiscsi's `data` holds `data_count` bytes (the connection's
-        // data buffer) for as long as the task is being sent.
-        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), count as usize) }
-    }
-
     /// The SCSI data direction.
     pub(crate) fn direction(&self) -> Direction {
         let sc = self.sc();
@@ -236,6 +317,68 @@ impl<'a, T: TransportOps> Task<'a, T> {
         unsafe { &mut *(*self.slot()).sg.get() }
     }
 
+    /// The data mapping made by [`XmitTask::map_data`], if any. The borrow
+    /// of the task keeps it: `map_data` (by `&mut`) cannot replace it
+    /// meanwhile.
+    pub(crate) fn mapping(&self) -> Option<&T::DataMap> {
+        // SAFETY: As in `sg_mut`; shared with other `&self` borrows only,
+        // as changes go through `&mut self`.
+        unsafe { (*(*self.slot()).sg.get()).as_ref() }
+    }
+
+    pub(super) fn unmap_data(&mut self) {
+        drop(self.sg_mut().take());
+    }
+
+    /// Takes a reference on the task: libiscsi frees it (`cleanup_task`,
+    /// then the SCSI command goes back to the midlayer) only once every
+    /// reference is dropped. `None` if the task is already being freed.
+    pub(crate) fn get_ref(&self) -> Option<TaskRef> {
+        // SAFETY: The slot is initialised (type invariant); its count is
+        // atomic.
+        let refs = unsafe { &(*self.slot()).refs };
+        // Counted first: the layer's teardown looks at the count.
+        refs.count.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: The task is live (type invariant).
+        if !unsafe { bindings::iscsi_get_task(self.ptr.as_ptr()) } {
+            refs.count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        // INVARIANT: one reference taken and counted just above.
+        Some(TaskRef {
+            task: self.ptr,
+            slot: NonNull::from(refs),
+            index: self.index(),
+        })
+    }
+}
+
+impl<'a, T: TransportOps> XmitTask<'a, T> {
+    /// # Safety
+    ///
+    /// `ptr` must satisfy the type invariant for `'a`: called from
+    /// `xmit_task_callback` only, once the layer's reference is taken.
+    pub(super) unsafe fn from_raw(ptr: *mut bindings::iscsi_task) -> Option<Self> {
+        // SAFETY: `Task`'s invariant is part of this type's (function
+        // contract).
+        let task = unsafe { Task::from_raw(ptr) }?;
+        Some(Self { task })
+    }
+
+    /// A management PDU's data segment.
+    pub(crate) fn mgmt_data(&self) -> &[u8] {
+        let p = self.task.raw();
+        // SAFETY: The task is live (type invariant).
+        let (data, count) = unsafe { ((*p).data, (*p).data_count) };
+        if data.is_null() || count == 0 {
+            return &[];
+        }
+        // SAFETY: libiscsi's `data` holds `data_count` bytes that nothing
+        // rewrites while the task is being sent (type invariant), which
+        // outlasts the borrow of `self`.
+        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), count as usize) }
+    }
+
     /// Maps the command's data on `dev`, in place of any earlier mapping;
     /// the mapping lasts until cleanup. [`Task::mapping`] then names it.
     pub(crate) fn map_data(&mut self, dev: &<T::DataMap as SgMapping>::Device) -> Result {
@@ -244,8 +387,8 @@ impl<'a, T: TransportOps> Task<'a, T> {
             Direction::Write => DmaDir::ToDevice,
             _ => return Err(EINVAL),
         };
-        let sc = self.sc();
-        drop(self.sg_mut().take());
+        let sc = self.task.sc();
+        drop(self.task.sg_mut().take());
         // The command's scatterlist stays valid until the task is freed,
         // whose `cleanup_task` drops the mapping first (`unmap_data`); no
         // completion can come before that, as a reference is held.
@@ -258,27 +401,17 @@ impl<'a, T: TransportOps> Task<'a, T> {
                 dir,
             )?
         };
-        *self.sg_mut() = Some(sg);
+        *self.task.sg_mut() = Some(sg);
         Ok(())
-    }
-
-    /// The data mapping made by [`Task::map_data`], if any. The borrow of
-    /// the task keeps it: `map_data` (by `&mut`) cannot replace it meanwhile.
-    pub(crate) fn mapping(&self) -> Option<&T::DataMap> {
-        // SAFETY: As in `sg_mut`; shared with other `&self` borrows only,
-        // as changes go through `&mut self`.
-        unsafe { (*(*self.slot()).sg.get()).as_ref() }
-    }
-
-    pub(super) fn unmap_data(&mut self) {
-        drop(self.sg_mut().take());
     }
 
     /// The next unsolicited Data-Out PDU, if unsolicited data is left.
     pub(crate) fn next_data_out(&self) -> Option<DataOut> {
-        let p = self.ptr.as_ptr();
-        // SAFETY: The task is live and being sent (xmit holds its
-        // serialisation), as `iscsi_prep_data_out_pdu` needs.
+        let p = self.task.raw();
+        // SAFETY: The task is live and being sent, and no one else changes
+        // its `unsol_r2t` meanwhile (type invariant), as
+        // `iscsi_prep_data_out_pdu` needs. `XmitTask` is not `Sync`: this
+        // thread alone steps the sequence.
         unsafe {
             if !bindings::riser_iscsi_task_has_unsol_data(p) {
                 return None;
@@ -294,63 +427,56 @@ impl<'a, T: TransportOps> Task<'a, T> {
         }
     }
 
-    /// The Data-Out from [`Task::next_data_out`] was posted.
+    /// The Data-Out from [`XmitTask::next_data_out`] was posted.
     pub(crate) fn data_out_sent(&self, d: &DataOut) {
         // SAFETY: As in `next_data_out`.
-        unsafe { (*self.ptr.as_ptr()).unsol_r2t.sent += c_int::try_from(d.len).unwrap_or(0) };
+        unsafe { (*self.task.raw()).unsol_r2t.sent += c_int::try_from(d.len).unwrap_or(0) };
     }
 
-    /// The Data-Out from [`Task::next_data_out`] could not be posted; it
-    /// will be prepared again.
+    /// The Data-Out from [`XmitTask::next_data_out`] could not be posted;
+    /// it will be prepared again.
     pub(crate) fn data_out_failed(&self) {
         // SAFETY: As in `next_data_out`.
-        unsafe { (*self.ptr.as_ptr()).unsol_r2t.datasn -= 1 };
-    }
-
-    /// Takes a reference on the task: libiscsi frees it (`cleanup_task`,
-    /// then the SCSI command goes back to the midlayer) only once every
-    /// reference is dropped. `None` if the task is already being freed.
-    pub(crate) fn get_ref(&self) -> Option<TaskRef> {
-        // SAFETY: The slot is initialised (type invariant); `refs` is
-        // atomic.
-        let refs = unsafe { &(*self.slot()).refs };
-        // Counted first: the layer's teardown looks at the count.
-        refs.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: The task is live (type invariant).
-        if !unsafe { bindings::iscsi_get_task(self.ptr.as_ptr()) } {
-            refs.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        // INVARIANT: one reference taken and counted just above.
-        Some(TaskRef {
-            task: self.ptr,
-            refs: NonNull::from(refs),
-            index: self.index(),
-        })
+        unsafe { (*self.task.raw()).unsol_r2t.datasn -= 1 };
     }
 }
 
-/// One reference on a libiscsi task, released when dropped (which may free
-/// the task and complete its SCSI command, so it must not be dropped under
-/// the session's `back_lock`).
+impl<'a, T: TransportOps> core::ops::Deref for XmitTask<'a, T> {
+    type Target = Task<'a, T>;
+
+    fn deref(&self) -> &Task<'a, T> {
+        &self.task
+    }
+}
+
+/// One reference on a libiscsi task, released when dropped, which may free
+/// the task and complete its SCSI command.
+///
+/// The last put takes the session's `back_lock` (with bottom halves off).
+/// The transport's code never runs under that lock: libiscsi holds it only
+/// around its own work and the layer's `cleanup_task`, which calls no
+/// transport code. `init_task` and `xmit_task` run under `frwd_lock`, which
+/// libiscsi itself takes before `back_lock`, so a drop there is in
+/// libiscsi's own lock order. A reference that is not the last is put
+/// without a lock; where bottom halves cannot be turned on again (a hard
+/// interrupt, interrupts off) the last is handed to a workqueue.
 ///
 /// # Invariants
 ///
-/// Owns one reference of the task's refcount, counted in `refs`, the
-/// `refs` field of the task's [`TaskSlot`]; the layer keeps the task's
+/// Owns one reference of the task's refcount, counted in `slot`, the
+/// [`SlotRefs`] of the task's [`TaskSlot`]; the layer keeps the task's
 /// connection and session (and so the slot) alive while the count is not
 /// zero.
 pub(crate) struct TaskRef {
     task: NonNull<bindings::iscsi_task>,
-    refs: NonNull<AtomicU32>,
+    slot: NonNull<SlotRefs>,
     index: u32,
 }
 
-// SAFETY: The reference may be dropped on any thread (the count is atomic).
-// `iscsi_put_task` takes the session's back_lock with bottom halves off, so
-// the drop must not run under that lock, in hard interrupt context or with
-// interrupts off: riser drops references in process or softirq context,
-// outside its own locks (see the driver's `Track`), never under libiscsi's.
+// SAFETY: The reference may be dropped on any thread and in any context:
+// the count is atomic, and the drop takes the session's `back_lock` only
+// where that is allowed (see the type's documentation), deferring the last
+// put elsewhere.
 unsafe impl Send for TaskRef {}
 
 impl TaskRef {
@@ -362,12 +488,41 @@ impl TaskRef {
 
 impl Drop for TaskRef {
     fn drop(&mut self) {
-        // SAFETY: This value owns one reference (type invariant); the
-        // task's connection and session are alive while it is counted.
-        unsafe { bindings::iscsi_put_task(self.task.as_ptr()) };
+        let task = self.task.as_ptr();
         // SAFETY: The slot outlives every counted reference (type
-        // invariant); the count is dropped last, after the put.
-        unsafe { self.refs.as_ref() }.fetch_sub(1, Ordering::AcqRel);
+        // invariant).
+        let slot = unsafe { self.slot.as_ref() };
+        // SAFETY: This value owns one reference (type invariant): a put
+        // that is not the last takes no lock.
+        let put = unsafe { bindings::riser_iscsi_put_task_not_last(task) };
+        if !put {
+            // The task's last reference, as far as this value knows (a
+            // `get_ref` may still race it): its put may free the task, which
+            // libiscsi does under the back_lock.
+            if context::bh_lock_allowed() {
+                // SAFETY: This value owns the reference (type invariant);
+                // the task's connection and session are alive while it is
+                // counted, and here the back_lock may be taken.
+                unsafe { bindings::iscsi_put_task(task) };
+            } else {
+                // SAFETY: The work item is initialised (invariant of
+                // `SlotRefs`) and not queued: a queued work holds a
+                // reference, and this one was the task's only one. Queuing
+                // is allowed in any context. The work puts the reference
+                // and uncounts it after; the slot stays while it is
+                // counted.
+                unsafe {
+                    bindings::queue_work_on(
+                        bindings::wq_misc_consts_WORK_CPU_UNBOUND as c_int,
+                        bindings::system_wq,
+                        slot.put_work.get(),
+                    )
+                };
+                return;
+            }
+        }
+        // The count is dropped last, after the put.
+        slot.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -398,13 +553,25 @@ impl Conn {
 
     /// Hands a received PDU to libiscsi. `hdr` is its BHS, `data` its data
     /// segment (already bounded by the receive).
+    ///
+    /// libiscsi takes the session's `back_lock` here without turning bottom
+    /// halves off (its receive path runs in softirq context), and for some
+    /// PDUs (a NOP-In that asks for a NOP-Out, a rejected NOP-Out) its
+    /// `frwd_lock` and the transport's `xmit_task`: the call turns bottom
+    /// halves off around it, and `EDEADLK` refuses it where those locks
+    /// cannot be taken (inside `init_task` or `xmit_task`, which run under
+    /// `frwd_lock`, in a hard interrupt or with interrupts off).
     pub(crate) fn complete_pdu(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
         let mut h = bindings::iscsi_hdr::default();
         // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
         unsafe { core::ptr::copy_nonoverlapping(hdr.as_ptr(), (&raw mut h).cast::<u8>(), BHS_LEN) };
         let len = c_int::try_from(data.len())?;
+        let bh = BhOff::if_may_lock().ok_or(EDEADLK)?;
         // SAFETY: The connection is live (type invariant); libiscsi copies
-        // what it keeps of `data`, which it only reads.
+        // what it keeps of `data`, which it only reads. Bottom halves are
+        // off, and this CPU is not inside a callback that libiscsi runs
+        // under a session lock (`bh`), the only code of the transport's
+        // that runs with one held.
         let rc = unsafe {
             bindings::iscsi_complete_pdu(
                 self.ptr.as_ptr(),
@@ -413,6 +580,7 @@ impl Conn {
                 len,
             )
         };
+        drop(bh);
         // CAST: the error codes are small positive numbers.
         if rc != 0 && rc != bindings::iscsi_err_ISCSI_ERR_NO_SCSI_CMD as c_int {
             return Err(EPROTO);
@@ -421,6 +589,9 @@ impl Conn {
     }
 
     /// Fails the connection: libiscsi starts recovery through iscsid.
+    /// Only where [`context::may_lock`] holds (`iscsi_conn_failure` takes
+    /// the session's `frwd_lock`): private to [`ConnSlot::fail`], which
+    /// checks, and to its work.
     ///
     /// A session that was logged in is also blocked here, as the offload
     /// transports do when they lose a connection (qla4xxx, be2iscsi): its
@@ -430,7 +601,7 @@ impl Conn {
     /// transport takes to tear the connection down would add to every
     /// failover. Blocking twice is harmless: a queued block or a pending
     /// recovery timer is not queued again.
-    pub(crate) fn failure(&self) {
+    fn failure(&self) {
         let conn = self.ptr.as_ptr();
         // SAFETY: The connection is live (type invariant), and so is its
         // session. `state` is written under the session's `frwd_lock`,
@@ -438,7 +609,8 @@ impl Conn {
         // one value or the other, and either is handled below.
         let logged_in = unsafe { (&raw const (*(*conn).session).state).read_volatile() }
             == bindings::ISCSI_STATE_LOGGED_IN as c_int;
-        // SAFETY: The connection is live (type invariant).
+        // SAFETY: The connection is live (type invariant); the callers take
+        // no session lock and run where one may be taken.
         unsafe { bindings::iscsi_conn_failure(conn, bindings::iscsi_err_ISCSI_ERR_CONN_FAILED) };
         if logged_in {
             // SAFETY: The connection is live and bound (type invariant), so
@@ -534,8 +706,23 @@ impl ConnSlot {
         Some(f(&c))
     }
 
-    /// Fails the bound connection, if any, from a workqueue: for callers
-    /// that may hold the session's locks, which `iscsi_conn_failure` takes.
+    /// Fails the bound connection, if any: libiscsi starts recovery
+    /// through iscsid, and a logged-in session is blocked (see
+    /// `Conn::failure`). At once where libiscsi's session locks may be
+    /// taken; otherwise from a workqueue, as [`ConnSlot::fail_later`]:
+    /// inside `init_task` or `xmit_task`, which libiscsi calls with the
+    /// session's `frwd_lock` held (that `iscsi_conn_failure` takes), in a
+    /// hard interrupt or with interrupts off.
+    pub(crate) fn fail(&self) {
+        if context::may_lock() {
+            self.with(|c| c.failure());
+        } else {
+            self.fail_later();
+        }
+    }
+
+    /// Fails the bound connection, if any, from a workqueue, whatever the
+    /// context.
     pub(crate) fn fail_later(&self) {
         let _rcu = rcu::read_lock();
         if self.conn.load(Ordering::Acquire).is_null() {

@@ -34,7 +34,7 @@ P=/sys/module/riser/parameters
 
 dmesg_live
 
-plan 33
+plan 32
 
 session_up() { iscsi_logged_in "$IQN"; }
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
@@ -172,17 +172,15 @@ check "MR mapping fails: the command is requeued, no connection failure, data ve
 check "DMA mapping fails: the command is requeued, no connection failure, data verified" \
 	injected dma_map 3 randrw 64k
 
-# A send completion that freed its tag before its handler took what the
-# tag held would, should another CPU post on the tag in that window (a
-# command on a task slot freed a moment ago), take the new post's task
-# reference as its own: that command could complete, and its pages be
-# freed, while the device may still read its SEND. riser's handler frees
-# the tag only after, and a completion that takes another post's
-# reference says so ("send tag N: completion of post ...") and warns,
-# which fails the guest. The knob makes each of the next 2000 send
-# completions wait 1 ms before the handler takes what the tag held, on two
-# vCPUs, under 4 KiB random reads and writes (the writes' data goes as
-# immediate data, their SENDs signaled) at 16 commands a session.
+# Send completions held up: the knob makes each of the next 2000 send
+# completions wait 1 ms in riser's handler, with the send's tag still
+# held, before it takes what the tag kept, on two vCPUs, under 4 KiB
+# random reads and writes (the writes' data goes as immediate data, their
+# SENDs signaled) at 16 commands a session. Nothing may be lost or stall:
+# a tag the handler did not free again would stop its task slot's
+# commands. (A completion that takes another post's reference warns,
+# which fails any guest; this delay cannot provoke that on rxe, see
+# Documentation/design.md.)
 cmds_max_16() {
 	local h
 	h=$(basename "$(dirname "$(readlink -f "$(sess)/device")")")
@@ -202,7 +200,6 @@ tag_window() {
 check "send completions delayed 1 ms before the handler, 4 KiB random I/O, 2 vCPUs: data verified" \
 	tag_window
 check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
-check "  every completion took its own post's reference" eval '! dmesg_has "completion of post"'
 check "  a session of 16 commands" cmds_max_16
 
 check "logout" iscsi_logout "$IQN" "$IP"

@@ -1886,8 +1886,14 @@ static void late_drain(struct conn *c)
 		usleep(10000);
 	} while (++waited < 200);
 	if (c->late.posted) {
+		/*
+		 * Posted, and neither acknowledged nor refused in 2 s: the
+		 * initiator's QP, in error, drops it (an RC responder that
+		 * took it would have acknowledged it at once); this QP only
+		 * retries. Said as such, then flushed.
+		 */
 		c->late.posted = false;
-		printf("evil: late %s posted, no completion before the connection went\n",
+		printf("evil: late %s not acknowledged in 2 s: the initiator's QP did not take it\n",
 		       c->late.write ? "write" : "read");
 		fflush(stdout);
 	}

@@ -62,7 +62,7 @@ pub(super) unsafe fn binding<'a>(conn: *mut bindings::iscsi_conn) -> &'a Binding
 ///
 /// `conn` must be a live connection of a session of transport `T`, and the
 /// caller a libiscsi callback that libiscsi runs before the connection is
-/// stopped or destroyed (init, xmit and cleanup of its tasks).
+/// stopped or destroyed (init and xmit of its tasks).
 pub(super) unsafe fn bound_ep<'a, T: TransportOps>(
     conn: *mut bindings::iscsi_conn,
 ) -> Option<ArcBorrow<'a, T::Ep>> {
@@ -91,28 +91,6 @@ pub(super) unsafe fn bound_ep_arc<T: TransportOps>(
     // dropping it (invariant of `Binding`).
     // SAFETY: Hence the borrow, cloned before the section ends.
     (!p.is_null()).then(|| Arc::from(unsafe { Arc::<T::Ep>::borrow(p) }))
-}
-
-/// The endpoint bound to `conn`, if any, borrowed for as long as the RCU
-/// read section `_rcu` lasts: for callbacks libiscsi does not order before
-/// unbind and that must not sleep. `cleanup_task` is one: it runs when a
-/// task's last reference goes, and the transport may drop a [`super::TaskRef`]
-/// after the connection stopped (its resources are freed later).
-///
-/// # Safety
-///
-/// `conn` must be a live connection of a session of transport `T`.
-pub(super) unsafe fn bound_ep_in<'a, T: TransportOps>(
-    conn: *mut bindings::iscsi_conn,
-    _rcu: &'a rcu::Guard,
-) -> Option<ArcBorrow<'a, T::Ep>> {
-    // SAFETY: The connection is live (function contract).
-    let p = unsafe { binding(conn) }.ep.load(Ordering::Acquire);
-    // A non-null pointer loaded in the read section stays a live foreign
-    // `Arc` until the section ends: unbind waits for a grace period before
-    // dropping it (invariant of `Binding`), and the borrow ends with `_rcu`.
-    // SAFETY: Hence the borrow.
-    (!p.is_null()).then(|| unsafe { Arc::<T::Ep>::borrow(p) })
 }
 
 /// Clears the slot bind set to `conn`, if any: the endpoint no longer
@@ -228,8 +206,8 @@ pub(super) unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
     // The endpoint no longer reaches a connection being stopped.
     // SAFETY: As above.
     unsafe { clear_slot(conn) };
-    // SAFETY: The connection is live; libiscsi fails its tasks, calling
-    // `cleanup_task` with the endpoint still bound.
+    // SAFETY: The connection is live; libiscsi fails its tasks (the layer's
+    // `cleanup_task` calls nothing of the transport's).
     unsafe { bindings::iscsi_conn_stop(cls_conn, flag) };
     // SAFETY: Nothing reads the binding any more.
     unsafe { unbind_ep::<T>(conn) };
@@ -396,19 +374,37 @@ pub(super) unsafe extern "C" fn get_stats_callback<T: TransportOps>(
     // SAFETY: As above.
     let ep = unsafe { bound_ep_arc::<T>(conn) };
     let octets = ep.as_ref().map(|ep| T::data_octets(ep));
-    // SAFETY: Both are live (contract); the counters are plain reads.
+    // libiscsi counts under its session locks while this runs, so its
+    // counters are read one by one through raw pointers (marked reads, as
+    // `READ_ONCE`), never through a reference to the `iscsi_conn`.
+    macro_rules! counter {
+        ($f:ident) => {
+            // SAFETY: The connection is live (contract) and the field
+            // aligned; a racing write leaves one value or the other.
+            unsafe { (&raw const (*conn).$f).read_volatile() }
+        };
+    }
+    let (tx, rx) = octets.unwrap_or_else(|| (counter!(txdata_octets), counter!(rxdata_octets)));
+    let (cmd, dataout, rsp) = (
+        counter!(scsicmd_pdus_cnt),
+        counter!(dataout_pdus_cnt),
+        counter!(scsirsp_pdus_cnt),
+    );
+    let (datain, r2t) = (counter!(datain_pdus_cnt), counter!(r2t_pdus_cnt));
+    let (tmfcmd, tmfrsp) = (counter!(tmfcmd_pdus_cnt), counter!(tmfrsp_pdus_cnt));
+    // SAFETY: `stats` is the reply scsi_transport_iscsi allocated, ours
+    // during the callback (contract); written field by field.
     unsafe {
-        let c = &*conn;
-        let s = &mut *stats;
-        (s.txdata_octets, s.rxdata_octets) = octets.unwrap_or((c.txdata_octets, c.rxdata_octets));
-        s.scsicmd_pdus = c.scsicmd_pdus_cnt;
-        s.dataout_pdus = c.dataout_pdus_cnt;
-        s.scsirsp_pdus = c.scsirsp_pdus_cnt;
-        s.datain_pdus = c.datain_pdus_cnt;
-        s.r2t_pdus = c.r2t_pdus_cnt;
-        s.tmfcmd_pdus = c.tmfcmd_pdus_cnt;
-        s.tmfrsp_pdus = c.tmfrsp_pdus_cnt.unsigned_abs();
-        s.custom_length = 0;
+        (*stats).txdata_octets = tx;
+        (*stats).rxdata_octets = rx;
+        (*stats).scsicmd_pdus = cmd;
+        (*stats).dataout_pdus = dataout;
+        (*stats).scsirsp_pdus = rsp;
+        (*stats).datain_pdus = datain;
+        (*stats).r2t_pdus = r2t;
+        (*stats).tmfcmd_pdus = tmfcmd;
+        (*stats).tmfrsp_pdus = tmfrsp.unsigned_abs();
+        (*stats).custom_length = 0;
     }
     if let (Some(ep), Some(stats)) = (ep, NonNull::new(stats)) {
         // SAFETY: scsi_transport_iscsi's reply has room for

@@ -109,13 +109,13 @@ pub(super) fn create_session<T: TransportOps>(
     // takes it back.
     let _ = host.into_raw();
     // SAFETY: The session was just set up: `cmds` holds `cmds_max` tasks
-    // whose `dd_data` areas are `slot_size` bytes, not yet used.
+    // whose `dd_data` areas are `slot_size` bytes, not yet used, and stay
+    // in place until the session is torn down.
     unsafe {
         let s = session_of(cls.as_ptr());
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
-            let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-            slot.write(TaskSlot::<T>::new());
+            TaskSlot::<T>::init((*task).dd_data.cast::<TaskSlot<T>>(), task);
         }
     }
     Ok(cls)
@@ -134,7 +134,7 @@ pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session)
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
             let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-            n = n.saturating_add((*slot).refs.load(Ordering::Acquire));
+            n = n.saturating_add((*slot).refs.count.load(Ordering::Acquire));
         }
     }
     n
@@ -183,7 +183,8 @@ pub(super) unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
         return;
     }
     // SAFETY: The session is live and was made by `create_session`, which
-    // initialised every task slot; libiscsi uses no task any more.
+    // initialised every task slot; libiscsi uses no task any more, and no
+    // `TaskRef` is left (counted above).
     unsafe {
         let sh = NonNull::new(bindings::riser_iscsi_session_to_shost(cls));
         let s = session_of(cls);

@@ -4,13 +4,14 @@
 
 use super::{
     super::{
+        context::LockedCallback,
         task::{TaskSlot, BHS_LEN},
-        Task, TransportOps,
+        Task, TransportOps, XmitTask,
     },
     *,
 };
 use crate::bindings;
-use kernel::{prelude::*, sync::rcu};
+use kernel::prelude::*;
 
 /// # Safety
 ///
@@ -47,7 +48,12 @@ pub(super) unsafe extern "C" fn init_task_callback<T: TransportOps>(
     let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
         return EINVAL.to_errno();
     };
-    match T::init_task(&ep, &t) {
+    // libiscsi holds the session's frwd_lock: what would take it again is
+    // refused or deferred while this lives.
+    let locked = LockedCallback::enter();
+    let r = T::init_task(&ep, &t);
+    drop(locked);
+    match r {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -67,9 +73,11 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
     // transmit workqueue that is the command's own, which a response on
     // another CPU may drop as soon as the PDU is posted. `guard` below takes
     // the layer's reference before the driver posts anything, and that one
-    // keeps `Task`'s invariant for the rest of the call.
-    // SAFETY: The task is live here, as said above.
-    let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
+    // keeps `Task`'s invariant for the rest of the call. libiscsi sends it
+    // under the session's frwd_lock, so its data buffer and unsolicited
+    // R2T are this call's.
+    // SAFETY: The task is live here, as said above, and being sent.
+    let Some(mut t) = (unsafe { XmitTask::<T>::from_raw(task) }) else {
         return EINVAL.to_errno();
     };
     // A response on another CPU may complete the task as soon as its PDU
@@ -78,8 +86,10 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
     let Some(guard) = t.get_ref() else {
         return EINVAL.to_errno();
     };
-    let mut t = t;
+    // As in `init_task_callback`: libiscsi holds the frwd_lock.
+    let locked = LockedCallback::enter();
     let r = T::xmit_task(&ep, &mut t);
+    drop(locked);
     if r.is_ok() && t.reserved_itt() {
         // libiscsi leaves the release of a PDU that expects no response to
         // the transport; a driver that still needs the task took its own
@@ -100,18 +110,12 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
 pub(super) unsafe extern "C" fn cleanup_task_callback<T: TransportOps>(
     task: *mut bindings::iscsi_task,
 ) {
-    // Not only libiscsi's teardown frees a task: a reference the transport
-    // dropped after the connection stopped does, so the binding may be
-    // going (or be a later endpoint's): borrowed inside a read section.
-    // libiscsi frees tasks under its back_lock, so nothing here sleeps.
-    let rcu = rcu::read_lock();
-    // SAFETY: As in `init_task_callback`.
-    let ep = unsafe { bound_ep_in::<T>((*task).conn, &rcu) };
+    // libiscsi frees tasks under the session's back_lock, which the
+    // transport's code must never run under (the last put of a `TaskRef`
+    // takes it): nothing of the transport's is called here. The data is
+    // unmapped now, before libiscsi hands the command back to the midlayer.
     // SAFETY: As in `init_task_callback`.
     if let Some(mut t) = unsafe { Task::<T>::from_raw(task) } {
-        T::cleanup_task(ep.as_deref(), &t);
-        // Whatever the driver did, the data is unmapped now, before
-        // libiscsi hands the command back to the midlayer.
         t.unmap_data();
     }
 }
