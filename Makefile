@@ -144,7 +144,12 @@ check: check-env
 	@mkdir -p out
 	tests/fuzz/run >out/fuzz.log 2>&1 & fuzz=$$!; \
 	$(MAKE) --no-print-directory lint host-test $(EVIL) inject dkms-sandbox insns; rc=$$?; \
-	wait $$fuzz; cat out/fuzz.log; exit $$rc
+	wait $$fuzz; cat out/fuzz.log; \
+	if [ $$rc -ne 0 ]; then \
+		echo "make check: the lint, a build or the host tests failed (above): no guest ran"; \
+		echo "0 passed, 1 failed"; \
+	fi; \
+	exit $$rc
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
 

@@ -236,9 +236,13 @@ failover() {
 		{ echo "I/O stopped for ${stall} s: no failover within the ${OUTAGE} s outage"; rc=1; }
 	return $rc
 }
-# The connection on path 2 was dropped.
+# The connection on path 2 was dropped: a line says so (grep's status, not
+# head's, decides).
 path2_dropped() {
-	kernel_after_mark "$MARK" | grep -E "detected conn error|riser: connection to $IP2:3260 failed" | head -3
+	local lines
+	lines=$(kernel_after_mark "$MARK" |
+		grep -E "detected conn error|riser: connection to $IP2:3260 failed") || return 1
+	head -3 <<<"$lines"
 }
 
 load() {
