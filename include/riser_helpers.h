@@ -85,6 +85,8 @@ int riser_param_check(const char *name, long long value);
 bool riser_fault_hit(int site);
 /* Fault injection: a delay in the send completion handler (test build). */
 void riser_fault_delay_send_done(void);
+/* In a test build, waits while fault_release_hold is set (rust/params.c). */
+void riser_fault_delay_release(void);
 
 /* Tracepoints (rust/trace.c, include/riser_trace.h). */
 void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);

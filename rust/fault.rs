@@ -44,6 +44,21 @@ pub(crate) fn delay_send_done() {
 #[inline(always)]
 pub(crate) fn delay_send_done() {}
 
+/// In a test build, sleeps while `fault_release_hold` is set (at most 60 s):
+/// a connection's release calls it before it drains the QP and drops its
+/// task references.
+#[cfg(riser_fault_injection)]
+pub(crate) fn delay_release() {
+    // SAFETY: A plain C function with no arguments, called from process
+    // context (it sleeps).
+    unsafe { crate::bindings::riser_fault_delay_release() }
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn delay_release() {}
+
 /// Whether this call of `site` must fail: never, outside a test build.
 #[cfg(not(riser_fault_injection))]
 #[inline(always)]

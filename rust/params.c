@@ -160,6 +160,32 @@ void riser_fault_delay_send_done(void)
 		pr_warn("riser: fault injected: the last delayed send completion\n");
 	mdelay(1);
 }
+
+/*
+ * While this is non-zero, a connection's release (riser_release queue: the
+ * QP drained and destroyed, then riser's task references dropped) waits,
+ * up to 60 s, before it starts: a window in which libiscsi, had the stop
+ * not waited for the release, would fail the connection's commands and
+ * the SCSI layer send a command it had timed out again while riser still
+ * held the old task (tests/guest/hostile.sh, silent-redo).
+ */
+static int fault_release_hold;
+module_param(fault_release_hold, int, 0644);
+MODULE_PARM_DESC(fault_release_hold,
+		 "Test build: hold each connection's release while non-zero (at most 60 s)");
+
+void riser_fault_delay_release(void)
+{
+	unsigned long t0 = jiffies;
+
+	if (!READ_ONCE(fault_release_hold))
+		return;
+	pr_warn("riser: fault injected: release held\n");
+	while (READ_ONCE(fault_release_hold) && time_before(jiffies, t0 + 60 * HZ))
+		msleep(100);
+	pr_warn("riser: fault injected: release goes on after %u ms\n",
+		jiffies_to_msecs(jiffies - t0));
+}
 #else
 bool riser_fault_hit(int site)
 {
@@ -167,6 +193,10 @@ bool riser_fault_hit(int site)
 }
 
 void riser_fault_delay_send_done(void)
+{
+}
+
+void riser_fault_delay_release(void)
 {
 }
 #endif

@@ -11,6 +11,7 @@ use super::{
     Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RELEASES, RESOLVE_TIMEOUT_MS,
 };
 use crate::{
+    fault,
     iscsi::ConnSlot,
     proto::{
         iser::{CmHeader, ISER_CM_HDR_LEN},
@@ -257,7 +258,10 @@ impl IserConn {
         if !self.release_queued.swap(true, Ordering::AcqRel) {
             self.log_totals();
             let c = self.clone();
-            if let Err(release) = RELEASES.spawn(move || c.release(true)) {
+            if let Err(release) = RELEASES.spawn(move || {
+                fault::delay_release();
+                c.release(true)
+            }) {
                 release();
             }
         }

@@ -38,6 +38,10 @@ set -u
 . "$RISER_TOP/tests/guest/target.sh"
 # RISER_KO: another riser.ko (a before/after comparison), by hand only.
 KO=${RISER_KO:-$RISER_TOP/riser.ko}
+# The test build (make inject) for the release-hold phase; RISER_INJECT_KO:
+# another one, by hand (one whose stop does not wait for the release).
+FAULT_KO=${RISER_INJECT_KO:-$RISER_TOP/out/fault-build/riser.ko}
+P=/sys/module/riser/parameters
 EVIL=${RISER_EVIL:-$RISER_TOP/out/iser-evil}
 IP=192.168.77.1
 # Block 32768 (16 MiB): away from fio (32..36 MiB) and the patterns (2..3 MiB).
@@ -358,6 +362,11 @@ ffp() {
 		check "$mode: abort (ABORT TASK) was tried and refused" evil_tmf ffp "1 rejected"
 		check "$mode: then an LU reset (LOGICAL UNIT RESET), never answered" evil_tmf ffp "5 ignored"
 		;;
+	silent-redo)
+		check "$mode: abort (ABORT TASK) was tried and refused" evil_tmf ffp "1 rejected"
+		check "$mode: the READ, sent again after the session reset, was held and then served" \
+			_wait_for 60 evil_says ffp "^evil: silent-redo: retried READ itt 0x[0-9a-f]+ served after"
+		;;
 	late-write)
 		# The response came by plain SEND (no remote invalidation):
 		# the READ's rkey must be invalid once the READ completed.
@@ -460,7 +469,7 @@ ffp_checks() {
 	case $1 in
 	async-logout) echo 12 ;;
 	async-dropall | async-negotiate) echo 11 ;;
-	silent-all | late-abort | tmf-spoof | tmf-dup | async-dropconn) echo 10 ;;
+	silent-all | silent-redo | late-abort | tmf-spoof | tmf-dup | async-dropconn) echo 10 ;;
 	ping | silent | reject | late-write | late-read | logout-ping | itt-junk) echo 9 ;;
 	big-sense | big-rsp | stale-held) echo 9 ;;
 	*) echo 8 ;;
@@ -494,6 +503,7 @@ declare -A EXPECT=(
 	[flood-async]="$FAILED: async message flood"
 	[silent]=""
 	[silent-all]="detected conn error"
+	[silent-redo]="detected conn error"
 	# A refused RDMA access puts both QPs in error: riser's connection
 	# fails (how it names it depends on which completion it sees first).
 	[late-write]="$FAILED"
@@ -538,43 +548,49 @@ ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-vers
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
 ALL_CM="cm-rsvd cm-short cm-long"
-ALL_SMALL="burst-max burst-min"
+ALL_SMALL="burst-max burst-edge burst-min"
 ALL_REG0="inv-global"
+ALL_HOLD="silent-redo"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
-# burst-max is left out unless picked (RISER_EVIL_MODES=burst-max or
+# burst-edge (the target's burst-max, offered bursts of 1 MiB + 1 KiB) takes
+# the Data-Out pool's edge without burst-max's fio runs. burst-max is left
+# out unless picked (RISER_EVIL_MODES=burst-max or
 # small-pdu): in two guest runs on 2 vCPUs its fio runs stalled, no PDU from
 # the target for 10 s, until libiscsi's ping timed out and failed the
 # connection (whose fault is not known yet: the target's state dump, SIGUSR1,
 # is in small.log).
-SMALL_DEFAULT=burst-min
-CM_MODES=$ALL_CM SMALL_MODES=$SMALL_DEFAULT REG0_MODES=$ALL_REG0
+SMALL_DEFAULT="burst-edge burst-min"
+CM_MODES=$ALL_CM SMALL_MODES=$SMALL_DEFAULT REG0_MODES=$ALL_REG0 HOLD_MODES=$ALL_HOLD
 UNKNOWN_MODES=
 # make check runs the hostile target in two guests side by side (one after
 # the other was over make check's time budget): this script on two vCPUs,
-# the full-feature modes and early status, where a response handled on one
-# CPU races the other's sends; tests/guest/hostile-session.sh
+# the full-feature modes, early status and the held release (silent-redo,
+# with the test build), where a response handled on one CPU races the
+# other's sends; tests/guest/hostile-session.sh
 # (HOSTILE_PART=session) on one vCPU, the phases that spoil a login, the CM
 # exchange or the sizes a session negotiates. HOSTILE_PART=all runs both.
 case ${HOSTILE_PART:-ffp} in
 ffp) LOGIN_MODES= CM_MODES= SMALL_MODES= REG0_MODES= ;;
-session) FFP_MODES= UNSOL_MODES= ;;
+session) FFP_MODES= UNSOL_MODES= HOLD_MODES= ;;
 all) ;;
 *) UNKNOWN_MODES="HOSTILE_PART=$HOSTILE_PART " ;;
 esac
 if [ -n "${RISER_EVIL_MODES:-}" ]; then
-	FFP_MODES= LOGIN_MODES= UNSOL_MODES= CM_MODES= SMALL_MODES= REG0_MODES=
+	FFP_MODES= LOGIN_MODES= UNSOL_MODES= CM_MODES= SMALL_MODES= REG0_MODES= HOLD_MODES=
 	for m in $RISER_EVIL_MODES; do
 		# A phase of its own by its name (every mode of it), or a mode of it.
 		case $m in
 		cm-garbage) CM_MODES+="$ALL_CM " && continue ;;
 		small-pdu) SMALL_MODES+="$ALL_SMALL " && continue ;;
 		always_register=0) REG0_MODES+="$ALL_REG0 " && continue ;;
+		release-hold) HOLD_MODES+="$ALL_HOLD " && continue ;;
 		esac
 		case " $ALL_CM " in *" $m "*) CM_MODES+="$m " && continue ;; esac
 		case " $ALL_SMALL " in *" $m "*) SMALL_MODES+="$m " && continue ;; esac
 		case " $ALL_REG0 " in *" $m "*) REG0_MODES+="$m " && continue ;; esac
+		case " $ALL_HOLD " in *" $m "*) HOLD_MODES+="$m " && continue ;; esac
 		case " $ALL_FFP wrong-data lost-write " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
 		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
 		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
@@ -595,8 +611,10 @@ if [ -n "$SMALL_MODES" ]; then
 	N=$((N + 7))
 	case " $SMALL_MODES " in *" burst-max "*) N=$((N + 15)) ;; esac
 	case " $SMALL_MODES " in *" burst-min "*) N=$((N + 10)) ;; esac
+	case " $SMALL_MODES " in *" burst-edge "*) N=$((N + 11)) ;; esac
 fi
 [ -z "$REG0_MODES" ] || N=$((N + 23))
+[ -z "$HOLD_MODES" ] || N=$((N + 14 + $(ffp_checks silent-redo)))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -907,6 +925,47 @@ small_max() {
 	check "burst-max: logout" iscsi_logout "$IQN" "$IP"
 	check "burst-max: no session left behind" _wait_for 30 no_session_of "$IQN"
 }
+# burst-edge: the session negotiates bursts of 1 MiB + 1 KiB (offered by the
+# node record, answered by the target's burst-max), so that both writes of
+# the pool's edge go whole as immediate data and unsolicited Data-Outs: 512
+# bytes and 2048 Data-Outs (the pool) work, 512 and 2049 are refused by
+# riser's init_task at once, logged once, and the connection lives on.
+EDGE_BURST=$((BIG_NO))
+small_edge() {
+	local n=(iscsiadm -m node -T "$IQN" -p "$IP:$LIO_PORT" -I iser -o update)
+	dmesg_mark
+	"${n[@]}" -n node.session.iscsi.FirstBurstLength -v "$EDGE_BURST" &&
+		"${n[@]}" -n node.session.iscsi.MaxBurstLength -v "$EDGE_BURST"
+	check "burst-edge: login (bursts of $EDGE_BURST offered)" iscsi_login "$IQN" "$IP"
+	check "burst-edge: the target misbehaved (its burst-max)" evil_fired small burst-max
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "burst-edge: disk $DEV appears" test -b "$DEV"
+	check "burst-edge: negotiated 512-byte PDUs, bursts of $EDGE_BURST" \
+		small_negotiated "$EDGE_BURST" "$EDGE_BURST"
+	check "burst-edge: a $BIG_OK-byte write (2048 Data-Outs: the pool) reads back" \
+		bytes_roundtrip "$BIG_OK" 8
+	dmesg_mark
+	check "burst-edge: a $BIG_NO-byte write (2049 Data-Outs) fails, no hang" \
+		write_refused "$BIG_NO"
+	check "burst-edge: riser logged the refusal once (no requeue, no retry)" \
+		_wait_for 10 refused_once "$BIG_NO" 2049
+	check "burst-edge: the connection survived" no_conn_error
+	check "burst-edge: the disk reads and writes" pattern_roundtrip 2
+	check "burst-edge: logout" iscsi_logout "$IQN" "$IP"
+	check "burst-edge: no session left behind" _wait_for 30 no_session_of "$IQN"
+	"${n[@]}" -n node.session.iscsi.FirstBurstLength -v 16777215 &&
+		"${n[@]}" -n node.session.iscsi.MaxBurstLength -v 16777215
+}
+# small_evil_modes: the target's modes for SMALL_MODES (burst-edge is its
+# burst-max), comma-separated.
+small_evil_modes() {
+	local m out=
+	for m in $SMALL_MODES; do
+		[ "$m" != burst-edge ] || m=burst-max
+		out+=${out:+,}$m
+	done
+	echo "$out"
+}
 small_min() {
 	dmesg_mark
 	check "burst-min: login" iscsi_login "$IQN" "$IP"
@@ -928,14 +987,74 @@ if [ -n "$SMALL_MODES" ]; then
 	IQN=iqn.2026-11.org.riser:evil-small
 	riser_reload small max_sectors=4096
 	check "hostile target up (512-byte PDUs, bursts at the extremes)" \
-		evil_start small "${SMALL_MODES// /,}" -u 512 -r 2048
+		evil_start small "$(small_evil_modes)" -u 512 -r 2048
 	check "node record offering bursts of 2^24 - 1" small_node "$IQN"
 	for m in $SMALL_MODES; do
 		case $m in
 		burst-max) small_max ;;
 		burst-min) small_min ;;
+		burst-edge) small_edge ;;
 		esac
 	done
+	evil_stop
+fi
+
+# release-hold: the test build of riser, whose release can be held
+# (fault_release_hold), against silent-redo: a target silent on the
+# trigger READ and on every TMF, so that the SCSI layer's error handler
+# ends in a session reset and sends the READ again once the session is
+# back; the target holds that retry 5 s. The release is held from before
+# the trigger until the retry comes (or 30 s). riser's stop waits for the
+# release (nvme-rdma's order), so no retry can come while it is held: the
+# hold runs out, the session comes back, the READ returns the disk's data.
+# A stop that did not wait would let the session back in first, and the
+# held release's drop of the old task would complete the retried READ
+# before its data came (shown by hand with such a build: the READ's data
+# check fails).
+hold_node() {
+	node_setup "$1" &&
+		iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update \
+			-n node.session.timeo.replacement_timeout -v 120
+}
+# hold_opener: once the release is held (the session reset, 30 to 60 s
+# after the trigger), ends the hold when the READ comes again, or 30 s on.
+hold_opener() {
+	_wait_for 240 dmesg_has "riser: fault injected: release held"
+	_wait_for 30 grep -qE "^evil: silent-redo: retried READ itt 0x[0-9a-f]+ held" \
+		"$RISER_OUT/ffp.log"
+	echo 0 >"$P/fault_release_hold"
+}
+if [ -n "$HOLD_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil
+	KO_USER=$KO
+	KO=$FAULT_KO
+	riser_reload release-hold
+	KO=$KO_USER
+	check "the test build's release hold is there, and off" \
+		eval '[ "$(cat "$P/fault_release_hold")" = 0 ]'
+	check "hostile target up (silent-redo)" evil_start ffp silent-redo
+	check "node record (replacement timeout 120 s)" hold_node "$IQN"
+	check "login" iscsi_login "$IQN" "$IP"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "known data where the trigger READs look" trigger_data_setup
+	rm -f /tmp/fio.stop
+	fio_rounds >"$RISER_OUT/fio-hold.log" 2>&1 &
+	FIO=$!
+	echo 1 >"$P/fault_release_hold"
+	hold_opener &
+	OPENER=$!
+	ffp silent-redo "${EXPECT[silent-redo]}"
+	wait "$OPENER"
+	echo 0 >"$P/fault_release_hold"
+	check "silent-redo: riser's release was held (test build)" \
+		dmesg_has "riser: fault injected: release held"
+	touch /tmp/fio.stop
+	wait "$FIO"
+	FIO_RC=$?
+	cat "$RISER_OUT/fio-hold.log" >>"$RISER_OUT/guest.log"
+	check "fio wrote and verified 4 MiB rounds through it" test "$FIO_RC" = 0
+	check "logout" iscsi_logout "$IQN" "$IP"
 	evil_stop
 fi
 

@@ -71,6 +71,14 @@
  * invalidates it with that response. stale-held holds the READ, hangs up,
  * and sends its response on a later connection when a command comes for
  * the same libiscsi task slot with another session age.
+ *
+ * silent-redo is silent-all (every TMF refused, so the initiator ends in a
+ * session reset) whose trigger READ, sent again on the next connection, is
+ * held REDO_HOLD_S seconds before it is served: "evil: silent-redo:
+ * retried READ itt ... held" when it comes, "... served after N ms" when
+ * its data and response go. A command the initiator completed meanwhile
+ * (a stale task's completion landing on the retried command) reads
+ * whatever its buffer held.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -116,7 +124,7 @@ enum mode {
 	M_LOGOUT_UNPROMPTED, M_ASYNC_LOGOUT,
 	M_ASYNC_DROPCONN, M_ASYNC_DROPALL, M_ASYNC_NEGOTIATE, M_NOP_DATA, M_BIG_NOP,
 	M_BIG_SENSE, M_BIG_RSP, M_INV_NONRESP, M_INV_NOMR, M_STALE_HELD, M_FF_LOGIN,
-	M_TMF_SPOOF, M_TMF_DUP, M_ITT_JUNK,
+	M_TMF_SPOOF, M_TMF_DUP, M_ITT_JUNK, M_SILENT_REDO,
 };
 
 static const char *const mode_names[] = {
@@ -145,6 +153,7 @@ static const char *const mode_names[] = {
 	[M_INV_NONRESP] = "inv-nonresp", [M_INV_NOMR] = "inv-nomr",
 	[M_STALE_HELD] = "stale-held", [M_FF_LOGIN] = "ff-login",
 	[M_TMF_SPOOF] = "tmf-spoof", [M_TMF_DUP] = "tmf-dup", [M_ITT_JUNK] = "itt-junk",
+	[M_SILENT_REDO] = "silent-redo",
 };
 
 /*
@@ -231,6 +240,12 @@ struct conn {
 	uint32_t first_burst;	/* -u: the FirstBurstLength answered (0: none yet) */
 	uint32_t prime_rstag;	/* inv-global: the priming READ's STag */
 	bool burst_seen;	/* a burst mode fired on this connection */
+	/* silent-redo: the retried trigger READ, served at redo_due */
+	bool redo_on;
+	struct timespec redo_due;
+	double redo_t0;
+	uint32_t redo_itt, redo_rstag, redo_len;
+	uint64_t redo_rva, redo_off;
 };
 
 /* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
@@ -258,6 +273,13 @@ static bool nop_armed;
  */
 static bool retry_armed;
 static uint64_t retry_lba;
+/*
+ * silent-redo: the trigger READ went unanswered; its retry on a later
+ * connection is held REDO_HOLD_S seconds.
+ */
+#define REDO_HOLD_S 5
+static bool redo_armed;
+static uint64_t redo_lba;
 /*
  * stale-held: the trigger READ is held back and the connection dropped; on
  * a later connection, its response goes out when a SCSI command comes whose
@@ -335,6 +357,9 @@ static double now_s(void);
  * initiator went away). A connection the CM ends is marked dead; the main
  * loop frees it.
  */
+static void late_drain(struct conn *c);
+static void conn_free(struct conn *c);
+
 static void cm_poll(void)
 {
 	struct rdma_cm_event *ev;
@@ -345,6 +370,21 @@ static void cm_poll(void)
 
 		logv("cm event %s\n", rdma_event_str(t));
 		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			if (cur && cur->silent_all && !cur->dead) {
+				/*
+				 * A new connection while the one gone silent is
+				 * still up: the initiator gave up on it without
+				 * a disconnect. A target reinstates the session:
+				 * the old connection goes, the new one is taken.
+				 */
+				printf("evil: connection request while the silent connection is up: dropping it at %.3f\n",
+				       now_s());
+				fflush(stdout);
+				rdma_disconnect(cur->id);
+				late_drain(cur);
+				conn_free(cur);
+				cur = NULL;
+			}
 			if (cur) {
 				/* One connection at a time: the initiator retries. */
 				rdma_ack_cm_event(ev);
@@ -816,6 +856,22 @@ static void late_arm(struct conn *c, bool write, uint32_t rkey, uint64_t va, uin
 	ts_after(&c->late.due, 50);
 	printf("evil: late %s armed: rkey 0x%08x va 0x%llx, %u bytes, in 50 ms\n",
 	       write ? "write" : "read", rkey, (unsigned long long)va, c->late.len);
+	fflush(stdout);
+}
+
+/* silent-redo: the held retry of the trigger READ, served now. */
+static void redo_serve(struct conn *c)
+{
+	long held = (long)((now_s() - c->redo_t0) * 1000);
+
+	c->redo_on = false;
+	if (rdma_op(c, true, c->redo_rstag, c->redo_rva, c->redo_off, c->redo_len, 0) ||
+	    send_rsp(c, c->redo_itt, 0, 0, 0, 0, c->redo_rstag != 0, c->redo_rstag)) {
+		printf("evil: silent-redo: retried READ itt 0x%08x: cannot serve it\n", c->redo_itt);
+	} else {
+		printf("evil: silent-redo: retried READ itt 0x%08x served after %ld ms\n",
+		       c->redo_itt, held);
+	}
 	fflush(stdout);
 }
 
@@ -1498,6 +1554,21 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 			return;
 		}
 		c->reads++;
+		if (redo_armed && !c->silent && lba == redo_lba && !c->redo_on) {
+			redo_armed = false;
+			c->redo_on = true;
+			c->redo_itt = itt;
+			c->redo_rstag = rstag;
+			c->redo_rva = rva;
+			c->redo_len = len;
+			c->redo_off = off;
+			c->redo_t0 = now_s();
+			ts_after(&c->redo_due, REDO_HOLD_S * 1000L);
+			printf("evil: silent-redo: retried READ itt 0x%08x held %d s\n", itt,
+			       REDO_HOLD_S);
+			fflush(stdout);
+			return;
+		}
 		if (retry_armed && lba == retry_lba) {
 			retry_armed = false;
 			printf("evil: retried READ of block %llu, itt 0x%08x: served\n",
@@ -1519,9 +1590,13 @@ static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *
 		} else if (mode != M_NONE && !login_mode(mode) && !write_mode(mode) &&
 			   mode != M_LOGOUT_PING && (trig || c->has_held)) {
 			primed = false;
-			if (mode == M_SILENT || mode == M_SILENT_ALL) {
+			if (mode == M_SILENT || mode == M_SILENT_ALL || mode == M_SILENT_REDO) {
 				c->silent = true;
-				c->silent_all = mode == M_SILENT_ALL;
+				c->silent_all = mode == M_SILENT_ALL || mode == M_SILENT_REDO;
+				if (mode == M_SILENT_REDO) {
+					redo_armed = true;
+					redo_lba = lba;
+				}
 				fire();
 				return;
 			}
@@ -2207,6 +2282,14 @@ int main(int argc, char **argv)
 
 				if (!ms)
 					late_post(cur);
+				else if (ms < timeout)
+					timeout = (int)ms;
+			}
+			if (cur->redo_on) {
+				long ms = ms_until(&cur->redo_due);
+
+				if (!ms)
+					redo_serve(cur);
 				else if (ms < timeout)
 					timeout = (int)ms;
 			}
