@@ -271,7 +271,7 @@ impl Res {
         let counted = send_ref.is_some();
         // The command's SEND is the tag's next post: nothing else posts on
         // a task slot's tag while its task holds the slot.
-        let post = self.conn.send_tag_posts(tag).unwrap_or(0).wrapping_add(1);
+        let post = self.conn.next_send_post(tag);
         if let (Some(r), Some(p)) = (send_ref, t.puts.get_mut(tag as usize)) {
             *p = Some(SendRef {
                 task: r,

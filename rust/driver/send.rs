@@ -392,7 +392,7 @@ impl Res {
                 let mut t = self.track.lock();
                 // A free Data-Out header's tag: its last completion was
                 // handled before the header was given back.
-                let post = self.conn.send_tag_posts(tag).unwrap_or(0).wrapping_add(1);
+                let post = self.conn.next_send_post(tag);
                 if let Some(p) = t.puts.get_mut(tag as usize) {
                     *p = Some(SendRef {
                         task: tref,
