@@ -10,7 +10,7 @@
 #   make insns      the bench's instruction-counting QEMU plugin and its mark
 #   make demo       boot a guest and show riser at work: soft-RoCE, a LIO target,
 #                   discovery, login, ext4 made, written and read back, logout
-#                   (on the fast kernel flavour, which it builds if needed)
+#                   (on the kernel scripts/setup built, or FAST_KDIR if given)
 #   make check      lint, host unit tests of the proto layer, a time-boxed fuzz
 #                   run, then every test inside guests on the debug kernel
 #                   (KUnit, sysfs, sessions over rxe and siw, the negotiation
@@ -155,10 +155,6 @@ check: check-env
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
 
-# The demo runs on the fast kernel flavour (no KASAN, lockdep or kmemleak),
-# which setup builds on first use (about 12 minutes, cached); FAST_KDIR
-# names another tree. riser.ko is rebuilt for it (make check rebuilds it for
-# the debug kernel).
 # riser against ib_iser and iscsi_tcp on the fast kernel flavour (built by
 # setup on first use); FAST_KDIR names another tree. Tables in out/bench/.
 bench:
@@ -176,12 +172,14 @@ out/insns/riser-mark: scripts/insns/mark.c
 	@mkdir -p out/insns
 	$(CC) $(INSNS_CFLAGS) -static -o $@ $<
 
+# The demo needs no speed: it runs on the kernel scripts/setup already built
+# (KDIR, the debug flavour), or on FAST_KDIR when that is given on the
+# command line or in the environment (make demo FAST_KDIR=...). It builds no
+# kernel. riser.ko is rebuilt for the tree it runs on.
 demo:
-	@kdir="$(FAST_KDIR)"; \
-	if [ -z "$$kdir" ]; then \
-		$(CURDIR)/scripts/setup --flavour fast >&2 || exit 1; \
-		kdir=$$($(CURDIR)/scripts/setup --flavour fast --print-kdir) || exit 1; \
-	fi; \
+	@kdir="$(KDIR)"; \
+	case "$(origin FAST_KDIR)" in command*|environment*) kdir="$(FAST_KDIR)" ;; esac; \
+	test -n "$$kdir" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }; \
 	$(MAKE) --no-print-directory KDIR="$$kdir" clean modules >/dev/null || exit 1; \
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir "$$kdir" --out out/demo tests/guest/demo.sh; \
 	rc=$$?; cat out/demo/demo.log; exit $$rc

@@ -6,8 +6,9 @@
 //! `bindings_generated.rs` is written at build time by `scripts/bindgen-module`
 //! from `include/riser_bindings.h`. It holds only what `kernel::bindings` does
 //! not already define; everything else is re-exported from there, so a kernel
-//! type has exactly one Rust definition. Only the abstraction modules
-//! (`rdma`, `scsi`, `iscsi`, `kunit`, `wq`) use this module.
+//! type has exactly one Rust definition. The driver and `proto` never use
+//! it; the modules that do are `rdma`, `scsi`, `iscsi`, `sg`, `sockaddr`,
+//! `kunit`, `wq`, `params`, `trace` and `fault`.
 
 #![allow(
     dead_code,

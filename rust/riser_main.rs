@@ -10,9 +10,13 @@
 //! the C ib_iser, which it replaces.
 //!
 //! Layers: [`proto`] is the pure protocol code (no `unsafe`); [`rdma`],
-//! [`scsi`] and [`iscsi`] (with [`wq`], the module's own workqueue) are the
-//! safe abstractions that hold all `unsafe`;
-//! [`driver`] uses only those.
+//! [`scsi`] and [`iscsi`] are the safe abstractions, with [`sg`] (where
+//! `iscsi` and `rdma` meet), [`wq`] (the module's own workqueue),
+//! [`sockaddr`] and [`kunit`]; [`params`], [`trace`] and [`fault`] are the
+//! driver's parameters, tracepoints and test-build fault injection. Those
+//! modules hold all `unsafe`; [`driver`] (no `unsafe`) uses them, and
+//! [`registry`] (no `unsafe`) writes the statics registrations are found by.
+//! `Documentation/design.md` has the layer diagram.
 
 // Some items exist for the KUnit suites alone (test helpers, accessors the
 // tests check): a kernel without CONFIG_KUNIT (a distribution's) compiles

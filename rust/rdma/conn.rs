@@ -6,7 +6,7 @@
 //! memory regions; `wr`: scatter/gather entries, registrations, send
 //! operations and completion tags).
 //!
-//! About 650 lines: posting a chain of work requests (its
+//! About 750 lines: posting a chain of work requests (its
 //! validation, MR state and rollback) is one function, kept whole.
 //!
 //! Lifetimes are structural: a [`Connection`] owns its CM id, QP, CQ, MRs
