@@ -533,21 +533,24 @@ _iscsid_mark() {
 # iscsid tries a failed first login again, by itself, until
 # initial_login_retry_max login timeouts have passed since it began
 # (iscsi_start sets 1: 15 s); iscsiadm then reports only the last try.
-# Each try again is a "re-opening session N" line in iscsid's log at debug
-# level 2 (iscsi_start); a session that existed before the login (one
-# recovering from a connection failure) is not this login's. LOG and SKIP
-# name another log and how many of its lines to pass over (iscsistart's,
-# which runs the same code).
+# Each try again is a "re-opening session N (reopen_cnt C)" line in
+# iscsid's log at debug level 2 (iscsi_start), or two with the same C when
+# the first only waited Time2Wait (seen in check.sh's adoption of the boot
+# session: two lines, one reconnect): one retry for each C of a session. A
+# session that existed before the login (one recovering from a connection
+# failure) is not this login's. LOG and SKIP name another log and how many
+# of its lines to pass over (iscsistart's, which runs the same code).
 _iscsid_retried() {
-	local what=$1 log=${2:-$ISCSID_LOG} skip=${3:-$ISCSID_AT} line s why='' lines=()
+	local what=$1 log=${2:-$ISCSID_LOG} skip=${3:-$ISCSID_AT} line s why='' lines=() done=" "
 	[ -f "$log" ] || return 0
 	mapfile -t -s "$skip" lines <"$log"
 	for line in "${lines[@]}"; do
 		[[ $line =~ Kernel\ reported|Login\ I/O\ error|login\ rejected|cannot\ make\ a\ connection|timed\ out|Giving\ up ]] &&
 			[ -z "$why" ] && why=$line
-		[[ $line =~ re-opening\ session\ ([0-9]+) ]] || continue
+		[[ $line =~ re-opening\ session\ ([0-9]+)\ \(reopen_cnt\ ([0-9]+)\) ]] || continue
 		s=${BASH_REMATCH[1]}
-		[[ $ISCSID_OLD == *" $s "* ]] && continue
+		[[ $ISCSID_OLD == *" $s "* || $done == *" $s/${BASH_REMATCH[2]} "* ]] && continue
+		done+="$s/${BASH_REMATCH[2]} "
 		retried iscsid-login-retry "$what: iscsid tried session $s's login again by itself ($line)${why:+; before it: ${why:0:160}}"
 	done
 }
