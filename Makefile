@@ -15,8 +15,8 @@
 #                   run, then every test inside guests on the debug kernel
 #                   (KUnit, sysfs, sessions over rxe and siw, the negotiation
 #                   matrix, CHAP, resets, two sessions, discovery of many
-#                   targets, faults, a hostile target, leak scans); ends
-#                   "N passed, N failed"
+#                   targets, faults, a hostile target, leak scans), each
+#                   against tests/manifest; ends "N passed, N failed, N retried"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
 #   make evil       the hostile iSER target (tests/target/iser-evil.c)
@@ -68,6 +68,8 @@ SHELL := /bin/bash
 	install uninstall distro-check dkms-install dkms-uninstall dkms-sandbox
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
+# tests/manifest lists each with the checks it plans: a guest added here or
+# dropped goes there too, or make check fails.
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
 # then hostile.sh (the hostile target's full-feature modes) and session.sh
 # each alone on two vCPUs, so that riser's submission and completion paths
@@ -134,8 +136,10 @@ fuzz:
 
 # make check runs the whole suite or nothing: RISER_* settings that would
 # skip or trim checks (RISER_EVIL_MODES, RISER_FIO_BS, RISER_MATRIX,
-# RISER_EXPECT_KUNIT, ...) are refused before anything runs (check-env), and
-# run-guest --check fails a guest that declares no plan.
+# RISER_EXPECT_KUNIT, ...) are refused before anything runs (check-env, which
+# also reads tests/manifest), and run-guest --check fails a guest that
+# declares no plan, and compares the run with tests/manifest: every guest of
+# GUEST_TESTS, every KUnit suite and fuzz target there, with its count.
 check-env:
 	@tests/run-guest --check --env-only
 
@@ -149,7 +153,7 @@ check: check-env
 	wait $$fuzz; cat out/fuzz.log; \
 	if [ $$rc -ne 0 ]; then \
 		echo "make check: the lint, a build or the host tests failed (above): no guest ran"; \
-		echo "0 passed, 1 failed"; \
+		echo "0 passed, 1 failed, 0 retried"; \
 	fi; \
 	exit $$rc
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \

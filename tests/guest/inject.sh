@@ -118,18 +118,29 @@ knob_fired() {
 # (verified) I/O of SIZE, make one post fail at a time (the Nth from then
 # on, counted by fault_KNOB) until riser says the connection failed because
 # WHY; a failed post of another kind is requeued or retried by libiscsi (a
-# control PDU: LIO pings idle initiators). 20 tries at most.
+# control PDU: LIO pings idle initiators). 20 tries at most. Each try after
+# the first is a retry: inject-other-post when the fault fired and hit
+# another post, inject-not-fired when it did not fire within 20 s (which
+# tests/manifest does not allow: fio's stream should have fired it).
 post_fails() {
-	local knob=$1 why=$2 n=$3 rw=$4 bs=$5 size=$6 pid rc=0 try=0 hit=
+	local knob=$1 why=$2 n=$3 rw=$4 bs=$5 size=$6 pid rc=0 try=0 hit='' fired=''
 	shift 6
 	dmesg_mark
 	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 "$size" "$@" >"$RISER_OUT/fio-post.log" 2>&1 &
 	pid=$!
 	while [ $try -lt 20 ] && kill -0 "$pid" 2>/dev/null; do
+		if [ "$try" -gt 0 ]; then
+			if [ -n "$fired" ]; then
+				retried inject-other-post "fault_$knob, try $try: the failed post was not one that fails the connection with '$why'; armed again"
+			else
+				retried inject-not-fired "fault_$knob, try $try: the fault did not fire within 20 s; armed again"
+			fi
+		fi
 		try=$((try + 1))
 		nap 1
 		echo "$n" >"$P/fault_$knob" || break
-		_wait_for 20 knob_fired "$knob"
+		fired=
+		_wait_for 20 knob_fired "$knob" && fired=1
 		if dmesg_has "riser: connection to $IP:3260 failed: $why"; then
 			hit=1
 			break

@@ -52,11 +52,30 @@ uptime_now() { read -r UPTIME _ </proc/uptime; }
 # plan N: the script runs N checks (TAP's plan, "1..N" in checks.tap).
 # tests/run-guest fails a guest whose count of "ok"/"not ok" lines differs
 # (a check skipped by a branch, a loop that ran short, a script that died
-# half way), and, under make check, a guest that declared no plan. Call it
-# before the first check; N counts check and expect_fail calls as they run.
+# half way: the checks it did not run count as failed), and, under make
+# check, a guest that declared no plan or another N than tests/manifest
+# says. Call it before the first check; N counts check and expect_fail
+# calls as they run.
 plan() {
 	case ${1:-} in '' | *[!0-9]*) echo "plan: not a number: '${1:-}'" >&2; return 1 ;; esac
 	echo "1..$1" >>"$TAP"
+}
+
+# retried REASON DETAILS...: the one way to try something again (a login,
+# a discovery, a logout that failed) instead of failing its check: call it
+# before each new try. REASON is one word (lower case, digits and '-')
+# naming the symptom that made the try fail; DETAILS say which try and show
+# the evidence (the kernel's or iscsid's line). It writes "# retry: REASON:
+# DETAILS" into checks.tap; tests/run-guest prints it, counts it in the
+# closing line ("N passed, N failed, N retried"), and under make check
+# counts it as a failure too unless tests/manifest allows REASON
+# ("retry-allowed": a named, documented symptom of the target or of
+# open-iscsi, never riser's). A wait for a condition (_wait_for) is no retry.
+retried() {
+	local why=${1:-}
+	shift
+	[[ $why =~ ^[a-z0-9][a-z0-9-]*$ ]] || why=unnamed
+	echo "# retry: $why: $*" >>"$TAP"
 }
 
 # kernel_since UPTIME: the kernel log lines stamped at or after UPTIME.

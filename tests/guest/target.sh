@@ -44,6 +44,8 @@ RISER_INITIATOR=${RISER_INITIATOR:-iqn.2026-11.org.riser:initiator}
 ISCSID_PID=
 # Upper bound on one iscsiadm discovery, login or logout, in seconds.
 ISCSI_TIMEOUT=${ISCSI_TIMEOUT:-180}
+# iscsid's log (iscsi_start), read after each login for iscsid's own retries.
+ISCSID_LOG=${RISER_OUT:-/tmp}/iscsid.log
 
 _tgt_err() { echo "target.sh: $*" >&2; return 1; }
 
@@ -351,14 +353,17 @@ lio_teardown() {
 # initiator name; node records start empty. /etc, /var/lib and /run are
 # overlays in the guest, so nothing here reaches the host.
 iscsi_start() {
-	local log=${RISER_OUT:-/tmp}/iscsid.log
+	local log=$ISCSID_LOG
 	modprobe scsi_transport_iscsi || _tgt_err "cannot load scsi_transport_iscsi" || return 1
 	mkdir -p /etc/iscsi /var/lib/iscsi /run/lock/iscsi || return 1
 	echo "InitiatorName=$RISER_INITIATOR" >/etc/iscsi/initiatorname.iscsi
 	[ -f /etc/iscsi/iscsid.conf ] || : >/etc/iscsi/iscsid.conf
 	# iscsiadm must not try systemctl; fail fast instead of retrying for
 	# two minutes (a retry after a rejected login was seen to stall for
-	# 30 s with ib_iser and LIO); give up on a dead connection after 30 s;
+	# 30 s with ib_iser and LIO): with initial_login_retry_max 1, iscsid
+	# tries a failed first login again only until one login timeout (15 s)
+	# has passed since it began, and iscsi_login reports each such try as a
+	# retry (iscsid-login-retry); give up on a dead connection after 30 s;
 	# a discovery whose answer does not come in 15 s has lost it (see
 	# st_discover; LIO answers in about 1 s here), and iscsiadm then tears
 	# its kernel session down and stops instead of reconnecting (its
@@ -381,7 +386,11 @@ iscsi_start() {
 	fi
 	# A session of its own: on SIGTERM iscsid does killpg(0, SIGTERM),
 	# which in our process group would kill the test script as well.
-	setsid iscsid -f ${ISCSID_DEBUG:+-d "$ISCSID_DEBUG"} >>"$log" 2>&1 </dev/null &
+	# Debug level 2 (ISCSID_DEBUG): iscsid then logs "re-opening session N"
+	# when it tries a failed login again by itself (log_debug(1, ...),
+	# printed from level 2 on), which iscsi_login reports as a retry;
+	# without it that retry is silent.
+	setsid iscsid -f -d "${ISCSID_DEBUG:-2}" >>"$log" 2>&1 </dev/null &
 	ISCSID_PID=$!
 	# iscsiadm answers 20 (ISCSI_ERR_ISCSID_NOTCONN) until iscsid listens,
 	# 21 (no sessions) or 0 afterwards.
@@ -467,16 +476,27 @@ iscsi_stop() {
 # with reopen_max 0) and left its kernel session behind, which no
 # userspace tool can remove once its creator is gone; riser could then
 # not be unloaded. Each failed try's log is kept in the output.
+#
+# iscsiadm also tries a discovery login again by itself when it failed with
+# an I/O error ("retrying discovery login to ...", discovery.c): each such
+# line is reported as a retry (iscsiadm-discovery-login-retry), a try that
+# succeeded included.
 st_discover() {
-	local err try rc
+	local err try rc line
 	err=$(mktemp)
 	for try in 1 2 3; do
 		bounded "$ISCSI_TIMEOUT" chrt -f 10 iscsiadm "$@" -d 2 2>"$err"
 		rc=$?
+		while IFS= read -r line; do
+			retried iscsiadm-discovery-login-retry "discovery (iscsiadm $*), try $try (status $rc): iscsiadm logged in again by itself: $line"
+		done < <(grep "retrying discovery login to" "$err")
 		[ $rc = 0 ] && break
 		[ $rc = 139 ] && echo "try $try: iscsiadm was killed by SIGSEGV" >&2
 		grep -q "Discovery session to .* timed out" "$err" &&
 			grep -q "expecting event 19, got 101" "$err" || break
+		[ "$try" -lt 3 ] || break
+		line=$(grep -m1 "Discovery session to .* timed out" "$err")
+		retried open-iscsi-discovery-race "discovery (iscsiadm $*), try $try (status $rc): the answer's RECV_PDU came before the SEND_PDU reply (iscsiadm -d 2: expecting event 19, got 101): ${line:0:120}"
 		echo "try $try: the answer's RECV_PDU came before the SEND_PDU reply (open-iscsi race); again" >&2
 		grep -v "expecting event" "$err" | sed "s/^/try $try: /" >&2
 	done
@@ -497,12 +517,55 @@ _iscsi_node() {
 		iscsiadm -m node -o new -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" >/dev/null
 }
 
+# _iscsid_mark: where iscsid's log ends now, and which sessions exist
+# (ISCSID_AT, ISCSID_OLD), before a login. (Builtins only: no fork.)
+_iscsid_mark() {
+	local s lines=()
+	ISCSID_OLD=" "
+	[ ! -f "$ISCSID_LOG" ] || mapfile -t lines <"$ISCSID_LOG"
+	ISCSID_AT=${#lines[@]}
+	for s in /sys/class/iscsi_session/session*; do
+		[ -e "$s" ] && ISCSID_OLD+="${s##*session} "
+	done
+}
+# _iscsid_retried WHAT [LOG SKIP]: iscsid's own retries of the login(s)
+# since _iscsid_mark, each reported with retried (iscsid-login-retry).
+# iscsid tries a failed first login again, by itself, until
+# initial_login_retry_max login timeouts have passed since it began
+# (iscsi_start sets 1: 15 s); iscsiadm then reports only the last try.
+# Each try again is a "re-opening session N (reopen_cnt C)" line in
+# iscsid's log at debug level 2 (iscsi_start), or two with the same C when
+# the first only waited Time2Wait (seen in check.sh's adoption of the boot
+# session: two lines, one reconnect): one retry for each C of a session. A
+# session that existed before the login (one recovering from a connection
+# failure) is not this login's. LOG and SKIP name another log and how many
+# of its lines to pass over (iscsistart's, which runs the same code).
+_iscsid_retried() {
+	local what=$1 log=${2:-$ISCSID_LOG} skip=${3:-$ISCSID_AT} line s why='' lines=() done=" "
+	[ -f "$log" ] || return 0
+	mapfile -t -s "$skip" lines <"$log"
+	for line in "${lines[@]}"; do
+		[[ $line =~ Kernel\ reported|Login\ I/O\ error|login\ rejected|cannot\ make\ a\ connection|timed\ out|Giving\ up ]] &&
+			[ -z "$why" ] && why=$line
+		[[ $line =~ re-opening\ session\ ([0-9]+)\ \(reopen_cnt\ ([0-9]+)\) ]] || continue
+		s=${BASH_REMATCH[1]}
+		[[ $ISCSID_OLD == *" $s "* || $done == *" $s/${BASH_REMATCH[2]} "* ]] && continue
+		done+="$s/${BASH_REMATCH[2]} "
+		retried iscsid-login-retry "$what: iscsid tried session $s's login again by itself ($line)${why:+; before it: ${why:0:160}}"
+	done
+}
+
 # iscsi_login IQN IP [IFACE]: log in (a node record is made when discovery
-# did not make one).
+# did not make one). iscsid's own retries of it are reported
+# (_iscsid_retried).
 iscsi_login() {
-	local iqn=${1:?IQN} ip=${2:?IP} iface=${3:-iser}
+	local iqn=${1:?IQN} ip=${2:?IP} iface=${3:-iser} rc
 	_iscsi_node "$iqn" "$ip" "$iface" || _tgt_err "no node record for $iqn" || return 1
+	_iscsid_mark
 	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -T "$iqn" -p "$ip:$LIO_PORT" -I "$iface" --login
+	rc=$?
+	_iscsid_retried "login to $iqn at $ip (status $rc)"
+	return $rc
 }
 
 # After refused logins to a LIO target over iSER, iscsid's next login to it
@@ -514,8 +577,8 @@ LIO_LOGIN_STALL='isert_get_login_rx: isert_conn [^ ]+ interrupted before got log
 # login_retry IQN IP [IFACE]: iscsi_login, tried again (three tries at most)
 # only when a try failed on that stall: LIO's line in the try's window
 # (waited for up to 20 s: LIO's timer and iscsid's run about together).
-# Each retry is written into the TAP output ("# retry: ..."), which
-# tests/run-guest prints and counts. Any other failure fails at once.
+# Each retry is reported (retried lio-login-stall: a "# retry:" line that
+# tests/run-guest prints and counts). Any other failure fails at once.
 login_retry() {
 	local try rc mark line
 	for try in 1 2 3; do
@@ -526,7 +589,7 @@ login_retry() {
 		[ "$try" -lt 3 ] || return $rc
 		_wait_for 20 _lio_login_stalled "$mark" || return $rc
 		line=$(_lio_login_stalled "$mark")
-		echo "# retry: login to $1, try $try failed (status $rc) on LIO's known login stall: ${line:0:120}" >>"$TAP"
+		retried lio-login-stall "login to $1, try $try failed (status $rc) on LIO's known login stall: ${line:0:120}"
 		echo "try $try failed on LIO's login stall; again"
 	done
 }
@@ -552,8 +615,11 @@ ISCSI_ERR_LOGIN_AUTH_FAILED=24
 # for authentication: iscsiadm exits with ISCSI_ERR_LOGIN_AUTH_FAILED within
 # 60 s and LIO logs a line matching PATTERN (its reason). A try that
 # instead stalled on LIO's known login stall (above; iscsiadm then gives up
-# with a PDU timeout, 11) is tried again, three tries at most, each retry a
-# "# retry:" TAP line; anything else is not ok at once.
+# with a PDU timeout, 11) is tried again (retried lio-login-stall), and so
+# is one whose Login Reject the target's disconnect overtook
+# (_reject_overtaken; retried login-reject-overtaken, which tests/manifest
+# does not allow: Documentation/testing.md says that check must fail), three
+# tries at most; anything else is not ok at once.
 expect_login_refused() {
 	local what=$1 pattern=$2 try line
 	shift 2
@@ -563,9 +629,9 @@ expect_login_refused() {
 		[ "$REFUSED_RC" != "$ISCSI_ERR_LOGIN_AUTH_FAILED" ] || break
 		if _wait_for 20 _lio_login_stalled "$REFUSED_MARK" >/dev/null; then
 			line=$(_lio_login_stalled "$REFUSED_MARK")
-			echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC on LIO's known login stall: ${line:0:120}" >>"$TAP"
+			retried lio-login-stall "refused login to $1, try $try ended with status $REFUSED_RC on LIO's known login stall: ${line:0:120}"
 		elif line=$(_reject_overtaken "$REFUSED_MARK" "$pattern"); then
-			echo "# retry: refused login to $1, try $try ended with status $REFUSED_RC: LIO refused it for the reason named, and its disconnect reached iscsid before its Login Reject: ${line:0:120}" >>"$TAP"
+			retried login-reject-overtaken "refused login to $1, try $try ended with status $REFUSED_RC: LIO refused it for the reason named, and its disconnect reached iscsid before its Login Reject: ${line:0:120}"
 		else
 			break
 		fi
@@ -577,12 +643,16 @@ expect_login_refused() {
 # whose node record names IP, all at once; a node record is made for each
 # IQN that has none (discovery through the iface "default" makes none).
 iscsi_login_portal() {
-	local ip=${1:?IP} iface=${2:?IFACE} iqn
+	local ip=${1:?IP} iface=${2:?IFACE} iqn rc
 	shift 2
 	for iqn in "$@"; do
 		_iscsi_node "$iqn" "$ip" "$iface" || _tgt_err "no node record for $iqn" || return 1
 	done
+	_iscsid_mark
 	bounded "$ISCSI_TIMEOUT" iscsiadm -m node -p "$ip:$LIO_PORT" -I "$iface" --login
+	rc=$?
+	_iscsid_retried "login to every target at $ip (status $rc)"
+	return $rc
 }
 
 # iscsi_chap IQN IP USER PASS [MUTUAL_USER MUTUAL_PASS] [IFACE via ISCSI_IFACE]:
