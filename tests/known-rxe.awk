@@ -18,7 +18,9 @@
 # rxe_sched_task called from rxe_resp_queue_pkt and no frame of riser's
 # ([riser]); for a KASAN report, in the access stack (before "Allocated by
 # task"), and only when no other report started inside it (another CPU's).
-# Any other report stays in the checked output.
+# Any other report stays in the checked output, and so does a block with
+# any line inside it (after its first) that tests/run-guest counts as bad
+# (-v bad=KERNEL_BAD).
 
 function flush_block(  i, ok) {
 	if (kind == "warn")
@@ -39,7 +41,7 @@ function flush_block(  i, ok) {
 		else if ($0 ~ /BUG: KASAN: /) { kind = "kasan"; inside = 1 }
 		else { print; next }
 	}
-	if (nb > 0 && $0 ~ /BUG:|WARNING:|Oops|general protection|Kernel panic/) mixed = 1
+	if (nb > 0 && $0 ~ bad) mixed = 1
 	buf[++nb] = $0
 	if ($0 ~ /(Allocated|Freed) by task/) inside = 0
 	if (inside) trace = trace "\n" $0
