@@ -198,9 +198,11 @@ trigger() {
 	sleep 1
 	# inv-nomr answers a command without data (and without a
 	# registration) when it comes, with the READ's rkey.
+	RC_TUR=0
 	if [ "$1" = inv-nomr ]; then
 		timeout 150 sg_turs "$DEV"
-		echo "trigger $1: TEST UNIT READY status $?"
+		RC_TUR=$?
+		echo "trigger $1: TEST UNIT READY status $RC_TUR"
 	fi
 	dd_rc SIDE timeout 150 dd if="$DEV" of=/tmp/got.side bs=4k skip=64 count=1 \
 		iflag=direct status=none
@@ -238,8 +240,10 @@ trigger_data_setup() {
 # what the disk holds.
 reads_ok() {
 	local rc=0
-	[ "$RC_PRIME" = 0 ] && [ "$RC_FIRE" = 0 ] && [ "$RC_SIDE" = 0 ] || {
-		echo "a trigger command failed: prime $RC_PRIME fire $RC_FIRE side $RC_SIDE"
+	[ "$RC_PRIME" = 0 ] && [ "$RC_FIRE" = 0 ] && [ "$RC_SIDE" = 0 ] &&
+		[ "${RC_TUR:-0}" = 0 ] && [ "${RC_STALE:-0}" = 0 ] || {
+		echo "a trigger command failed: prime $RC_PRIME fire $RC_FIRE side $RC_SIDE" \
+			"TEST UNIT READY ${RC_TUR:-0} stale-held's READs ${RC_STALE:-0}"
 		return 1
 	}
 	cmp /tmp/got.prime /tmp/exp.prime || rc=1
@@ -329,10 +333,12 @@ ffp() {
 	# on a later connection: 400 READs (4 KiB at 8 MiB, away from the
 	# rest) go through all of libiscsi's slots (cmds_max 128 plus 15)
 	# even if fio has stopped.
+	RC_STALE=0
 	if [ "$mode" = stale-held ]; then
 		timeout 300 dd if="$DEV" of=/dev/null bs=4k skip=2048 count=400 iflag=direct \
 			status=none
-		echo "stale-held: 400 READs to reuse the slot: status $?"
+		RC_STALE=$?
+		echo "stale-held: 400 READs to reuse the slot: status $RC_STALE"
 	fi >>"$RISER_OUT/guest.log" 2>&1
 	# (logout-ping fires on the first ping: 5 s after the trigger went
 	# idle and up to 5 s more, seen 15 s; under TCG more.)
@@ -725,11 +731,16 @@ no_foreign_data() {
 	local log=$RISER_OUT/unsol.log
 	# The Data-Outs come after the status, and after dd saw it: wait for
 	# the last one (or 30 s, should the initiator stop sending).
+	local n rc=0
 	_wait_for 30 grep -q "^evil: Data-Out after status .* final\$" "$log" ||
-		echo "no final Data-Out within 30 s"
+		{ echo "no final Data-Out within 30 s"; rc=1; }
 	nap 2
-	echo "Data-Outs after the status: $(grep -c "^evil: Data-Out after status" "$log")"
-	! grep "^evil: foreign data" "$log"
+	n=$(grep -c "^evil: Data-Out after status" "$log")
+	echo "Data-Outs after the status: $n"
+	# Passing on none would show nothing: the Data-Outs must have come.
+	[ "$n" -gt 0 ] || rc=1
+	! grep "^evil: foreign data" "$log" || rc=1
+	return $rc
 }
 if [ -n "$UNSOL_MODES" ]; then
 	UNSOL_MODES=$(echo $UNSOL_MODES)
