@@ -4,6 +4,16 @@
 # RISER_TOP is the repository (read-only in the guest), RISER_OUT the shared
 # output directory. Results go to $RISER_OUT/checks.tap, one line a check.
 
+# Every guest script sources this file before its first pipeline: from here
+# on a pipeline fails when any of its commands fails, not only the last
+# (a `dmesg | grep` must not pass on a dmesg that failed). The price: a
+# reader that stops early (grep -q, grep -m1, head, awk's exit) kills a
+# producer still writing with SIGPIPE, which then fails the pipeline. So a
+# pipeline whose status decides a check ends in a command that reads all
+# its input, or the producer's output is taken into a variable first and
+# the reader reads that (`out=$(dmesg) || ...; grep -q ... <<<"$out"`).
+set -o pipefail
+
 : "${RISER_TOP:?}" "${RISER_OUT:?}"
 TAP=$RISER_OUT/checks.tap
 : >"$TAP"
