@@ -84,7 +84,7 @@ tmf_count() {
 }
 tmf_answered() { test "$(tmf_count "$1")" -gt 0; }
 still_logged_in() { test "$(sess_attr "$1" state)" = LOGGED_IN; }
-no_conn_failure() { ! dmesg_has "riser: connection .* failed|conn error|detected conn error"; }
+no_conn_failure() { dmesg_lacks "riser: connection .* failed|conn error|detected conn error"; }
 many_targets() {
 	local i t
 	for ((i = 0; i < MANY; i++)); do

@@ -78,13 +78,24 @@ _lines() {
 }
 evil_mark() { _lines "$RISER_OUT/$1.log" && EVIL_MARK=$LINES_N; }
 evil_since() { tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log"; }
-evil_says() { evil_since "$1" | grep -qE "$2"; }
+# evil_says LOG ERE: the target said a line matching ERE since evil_mark.
+# (Its log read whole first: grep -q closing a pipe from tail would kill
+# tail with SIGPIPE, which fails the pipeline under pipefail.)
+evil_says() {
+	local said
+	said=$(tail -n +$((EVIL_MARK + 1)) "$RISER_OUT/$1.log") || return 2
+	grep -qE "$2" <<<"$said"
+}
 evil_tmf() { evil_says "$1" "^evil: TMF function $2"; }
 
 # iscsid_mark, iscsid_says PATTERN: what iscsid logged (iscsid.log) since
 # the mark.
 iscsid_mark() { _lines "$RISER_OUT/iscsid.log" && ISCSID_MARK=$LINES_N; }
-iscsid_says() { tail -n +$((ISCSID_MARK + 1)) "$RISER_OUT/iscsid.log" | grep -qE "$1"; }
+iscsid_says() {
+	local said
+	said=$(tail -n +$((ISCSID_MARK + 1)) "$RISER_OUT/iscsid.log") || return 2
+	grep -qE "$1" <<<"$said"
+}
 # reconnect_after SECONDS: the target's first new connection came at least
 # SECONDS after it hung up as announced.
 reconnect_after() {
@@ -109,7 +120,7 @@ evil_late() {
 # kernel log: the target writes a line there when it sends).
 logout_failed_within() {
 	local log sent failed
-	log=$(dmesg | tail -n +"$(($(<"$RISER_OUT/.dmesg_mark") + 1))")
+	log=$(dmesg_since_mark) || return 1
 	sent=$(sed -n 's/^\[ *\([0-9.]*\)\] evil: logout-ping: Logout Response sent.*/\1/p' \
 		<<<"$log" | tail -n 1)
 	failed=$(sed -n 's/^\[ *\([0-9.]*\)\] riser: connection to .* failed: Logout Response without a logout.*/\1/p' \
@@ -262,7 +273,7 @@ reads_ok() {
 FAILED="riser: connection to $IP:3260 failed"
 # riser's line when a connection is torn down (failed or not).
 ENDED="riser: connection to $IP:3260: [0-9]+ registrations invalidated"
-no_conn_error() { ! dmesg_has "riser: connection to|detected conn error"; }
+no_conn_error() { dmesg_lacks "riser: connection to|detected conn error"; }
 # The write beside the trigger was reported done and reads back equal.
 written_reads_back() {
 	[ "$RC_WRITE" = 0 ] || { echo "the write beside the trigger failed: $RC_WRITE"; return 1; }
@@ -443,7 +454,7 @@ ffp() {
 			;;
 		*)
 			check "$mode: no connection failure logged (iscsid ended it)" \
-				eval '! dmesg_has "$FAILED|detected conn error"'
+				dmesg_lacks "$FAILED|detected conn error"
 			;;
 		esac
 		;;
@@ -884,9 +895,10 @@ write_refused() {
 # refused_once BYTES NEED: riser logged the refusal of the BYTES write once
 # (no retry, no requeue loop).
 refused_once() {
-	local n
-	n=$(dmesg | tail -n +"$(($(cat "$RISER_OUT/.dmesg_mark") + 1))" |
-		grep -cE "riser: a $1-byte write needs $2 unsolicited Data-Outs, more than the connection's $DO_POOL")
+	local log n
+	log=$(dmesg_since_mark) || return 1
+	n=$(grep -cE "riser: a $1-byte write needs $2 unsolicited Data-Outs, more than the connection's $DO_POOL" \
+		<<<"$log")
 	echo "riser's refusal logged $n times"
 	[ "$n" = 1 ]
 }

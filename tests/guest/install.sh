@@ -63,7 +63,14 @@ dkms_installed() {
 	local st
 	st=$(dkms status -m riser -v "$DKMS_V" -k "$KV")
 	echo "$st"
-	grep -q ": installed" <<<"$st" && modinfo -n riser | grep -q "/updates/dkms/riser.ko"
+	grep -q ": installed" <<<"$st" && modinfo_path "/updates/dkms/riser\.ko"
+}
+# modinfo_path ERE: modinfo finds riser, at a path matching ERE (printed).
+modinfo_path() {
+	local path
+	path=$(modinfo -n riser) || return 1
+	echo "$path"
+	grep -Eq "$1" <<<"$path"
 }
 dkms_removed() {
 	dkms remove -m riser -v "$DKMS_V" --all && rm -f /etc/modprobe.d/riser.conf &&
@@ -77,7 +84,7 @@ plan 32
 check "soft-RoCE device rxe0 created" setup_rxe "$IP"
 check "make install (KDIR=$KDIR)" "${MAKE_IN[@]}" install
 check "installed: updates/riser.ko and /etc/modprobe.d/riser.conf" installed
-check "modinfo finds riser in updates/" bash -c "modinfo -n riser | grep -q '/updates/riser.ko$'"
+check "modinfo finds riser in updates/" modinfo_path "/updates/riser\.ko$"
 check "modprobe ib_iser would load riser" modprobe_would "modprobe --ignore-install riser"
 check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 16 rxe
 check "iscsid started" iscsi_start

@@ -4,6 +4,16 @@
 # RISER_TOP is the repository (read-only in the guest), RISER_OUT the shared
 # output directory. Results go to $RISER_OUT/checks.tap, one line a check.
 
+# Every guest script sources this file before its first pipeline: from here
+# on a pipeline fails when any of its commands fails, not only the last
+# (a `dmesg | grep` must not pass on a dmesg that failed). The price: a
+# reader that stops early (grep -q, grep -m1, head, awk's exit) kills a
+# producer still writing with SIGPIPE, which then fails the pipeline. So a
+# pipeline whose status decides a check ends in a command that reads all
+# its input, or the producer's output is taken into a variable first and
+# the reader reads that (`out=$(dmesg) || ...; grep -q ... <<<"$out"`).
+set -o pipefail
+
 : "${RISER_TOP:?}" "${RISER_OUT:?}"
 TAP=$RISER_OUT/checks.tap
 : >"$TAP"
@@ -15,11 +25,16 @@ TAP=$RISER_OUT/checks.tap
 # with no5lvl (see there). Should a boot still report something, the script
 # stops at once and tests/run-guest boots the guest again (it says so;
 # twice at most).
-if _boot_report=$(dmesg | grep -m1 -E 'BUG:|WARNING:|Oops|general protection|Kernel panic'); then
+# (The log is read whole first: under pipefail, a dmesg killed by SIGPIPE
+# once grep stopped at the first report would fail the pipeline and so
+# hide the report.)
+if _boot_log=$(dmesg) &&
+	_boot_report=$(grep -m1 -E 'BUG:|WARNING:|Oops|general protection|Kernel panic' <<<"$_boot_log"); then
 	echo "$_boot_report" >"$RISER_OUT/.boot-report"
 	dmesg >"$RISER_OUT/dmesg.txt"
 	exit 75
 fi
+unset _boot_log
 
 # Loadable builtins (Debian's bash-builtins, which scripts/setup installs):
 # mkdir, rmdir, ln and rm run in the shell instead of a fork and an exec
@@ -221,12 +236,14 @@ kernel_after_mark() {
 
 # secs_after_mark MARK ERE: the seconds, by the kernel log's timestamps,
 # from the kmsg_mark MARK to the first later kernel line matching ERE
-# (printed to the millisecond); fails when no such line came.
+# (printed to the millisecond); fails when no such line came, or when
+# dmesg failed. (awk reads the log to its end: an exit at the first match
+# would kill dmesg with SIGPIPE and fail the pipeline.)
 secs_after_mark() {
 	dmesg | awk -v m="riser-harness: mark $1" -v re="$2" '
 		function t(line) { sub(/^\[ */, "", line); sub(/\].*/, "", line); return line + 0 }
 		!start && index($0, m) && substr($0, index($0, m) + length(m)) == "" { start = t($0); next }
-		start && $0 ~ re { printf "%.3f\n", t($0) - start; found = 1; exit }
+		start && !found && $0 ~ re { printf "%.3f\n", t($0) - start; found = 1 }
 		END { exit !found }'
 }
 
@@ -254,7 +271,7 @@ conn_clean() {
 	lines=$(grep -E "$CONN_TROUBLE" <<<"$lines")
 	if [ -n "$lines" ]; then
 		echo "connection failure(s) in the kernel log while it ran:"
-		echo "$lines" | head -n 10
+		head -n 10 <<<"$lines"
 		rdma_counters
 		return 1
 	fi
@@ -338,9 +355,53 @@ unload_riser() {
 # 15 s cost a sleep, a dmesg and a copy of the whole log each time).
 dmesg_live() { dmesg --follow >"$RISER_OUT/dmesg.live" 2>&1 & }
 
-# dmesg_mark / dmesg_has PATTERN: the kernel log since the last mark contains PATTERN.
-dmesg_mark() { dmesg | wc -l >"$RISER_OUT/.dmesg_mark"; }
-dmesg_has() { dmesg | tail -n +"$(($(<"$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"; }
+# dmesg_mark: the kernel log's length now, the start of the window that
+# dmesg_since_mark, dmesg_has and dmesg_lacks read. When dmesg fails there
+# is no mark (those then fail, rather than read the whole log).
+dmesg_mark() {
+	local n
+	if n=$(dmesg | wc -l) && [ -n "$n" ]; then
+		echo "$n" >"$RISER_OUT/.dmesg_mark"
+	else
+		rm -f "$RISER_OUT/.dmesg_mark"
+		echo "dmesg_mark: dmesg failed: no mark" >&2
+		return 1
+	fi
+}
+# _dmesg_since_mark: the kernel log since the last dmesg_mark, in
+# DMESG_SINCE; status 2, and a line on stderr, when there is no mark or
+# dmesg fails (tail reads to the end: no SIGPIPE).
+_dmesg_since_mark() {
+	local mark
+	DMESG_SINCE=
+	if ! { read -r mark <"$RISER_OUT/.dmesg_mark"; } 2>/dev/null || [[ ! $mark =~ ^[0-9]+$ ]]; then
+		echo "no dmesg_mark to read the kernel log from" >&2
+		return 2
+	fi
+	DMESG_SINCE=$(dmesg | tail -n +"$((mark + 1))") || { echo "dmesg failed" >&2; return 2; }
+}
+# dmesg_since_mark: prints the kernel log since the last dmesg_mark; status
+# 2 when it cannot be read.
+dmesg_since_mark() {
+	_dmesg_since_mark || return 2
+	[ -z "$DMESG_SINCE" ] || printf '%s\n' "$DMESG_SINCE"
+}
+# dmesg_has PATTERN: the kernel log since the last mark was read and has a
+# line matching PATTERN (an extended regex). Status 1 when it has none, 2
+# when the log could not be read (or the pattern is bad). grep reads a
+# variable, not a pipe from dmesg, so its early exit (-q) kills no writer.
+dmesg_has() {
+	_dmesg_since_mark || return 2
+	grep -Eq "$1" <<<"$DMESG_SINCE"
+}
+# dmesg_lacks PATTERN: the kernel log since the last mark was read and has
+# no line matching PATTERN; the lines that match are printed. Not
+# `! dmesg_has`, which also passes when the log could not be read.
+dmesg_lacks() {
+	_dmesg_since_mark || return 2
+	grep -E "$1" <<<"$DMESG_SINCE"
+	[ $? = 1 ]
+}
 
 # save_dmesg: the end of every guest script. Records what tests/run-guest
 # judges after the guest (end-state.txt): whether lock debugging is still on

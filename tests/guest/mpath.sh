@@ -153,7 +153,9 @@ multipath_conf() {
 }
 # The map's name (its WWID).
 MAP=
-map_name() { dmsetup ls --target multipath 2>/dev/null | awk '$2 ~ /^\(/ { print $1; exit }'; }
+# (awk reads to the end: an exit at the first map could kill dmsetup with
+# SIGPIPE and, with pipefail, fail the lookup.)
+map_name() { dmsetup ls --target multipath 2>/dev/null | awk '$2 ~ /^\(/ && !n++ { print $1 }'; }
 # paths_active N: the map has N paths, all active ("A" in dmsetup status).
 paths_active() {
 	local st
@@ -210,6 +212,10 @@ failover() {
 		--write_lat_log="$lat" --log_avg_msec=0 >"$RISER_OUT/probe-$who-$n.txt" 2>&1 &
 	ppid=$!
 	sleep 4
+	# Path 2's session (sessionN): libiscsi names its connection
+	# (connectionN:0) when that fails.
+	PATH2_SESSION=$(iscsi_session "$IQN" "$IP2") || PATH2_SESSION=
+	echo "path 2 is $PATH2_SESSION"
 	kmsg_mark
 	echo "path 2 disabled at $EPOCHREALTIME"
 	tpg2_off || rc=1
@@ -236,13 +242,20 @@ failover() {
 		{ echo "I/O stopped for ${stall} s: no failover within the ${OUTAGE} s outage"; rc=1; }
 	return $rc
 }
-# The connection on path 2 was dropped: a line says so (grep's status, not
-# head's, decides).
+# The connection on path 2 was dropped: since path 2 died (failover's
+# kmsg_mark), the kernel log has libiscsi's line for path 2's connection or
+# riser's for its portal; a path 1 failure does not count. Fails when the
+# marker is not in the log, or path 2's session was not known. (The window
+# is read whole, then grep decides: no pipe for head or grep to close.)
 path2_dropped() {
-	local lines
-	lines=$(kernel_after_mark "$MARK" |
-		grep -E "detected conn error|riser: connection to $IP2:3260 failed") || return 1
-	head -3 <<<"$lines"
+	local window lines
+	[ -n "${PATH2_SESSION:-}" ] || { echo "path 2's session was not known when it died"; return 1; }
+	window=$(kernel_after_mark "$MARK") ||
+		{ echo "the marker of path 2's death is not in the kernel log"; return 1; }
+	lines=$(grep -E " connection${PATH2_SESSION#session}:0: detected conn error|riser: connection to $IP2:3260 failed" \
+		<<<"$window") ||
+		{ echo "no kernel line says that $PATH2_SESSION's connection (path 2) was dropped"; return 1; }
+	head -n 3 <<<"$lines"
 }
 
 load() {

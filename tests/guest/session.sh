@@ -87,7 +87,8 @@ ipv6_addr() {
 ipv6_session_shown() {
 	local s out c
 	out=$(iscsiadm -m session) && echo "$out" || return 1
-	grep "^iser: " <<<"$out" | grep -F " $IQN6 " | grep -q "fd00:" || return 1
+	# Each grep reads to the end (no -q): none closes its pipe early.
+	grep "^iser: " <<<"$out" | grep -F " $IQN6 " | grep "fd00:" >/dev/null || return 1
 	out=$(iscsiadm -m session -P 3) && echo "$out" || return 1
 	grep -qF "Current Portal: [$IPV6_GID]:$LIO_PORT,1" <<<"$out" &&
 		grep -qF "Persistent Portal: $P6:$LIO_PORT,1" <<<"$out" &&

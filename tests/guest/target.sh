@@ -95,9 +95,9 @@ _lio_load() {
 # _rdma_dev_for IP: true when an RDMA device is bound to the netdev holding IP
 # (rdma link prints "link rxe0/1 state ACTIVE ... netdev dummy0").
 _rdma_dev_for() {
-	local ndev
-	ndev=$(ip -o addr show | awk -v ip="$1" '{ split($4, a, "/"); if (a[1] == ip) { print $2; exit } }')
-	[ -n "$ndev" ] && rdma link show 2>/dev/null | grep -q "netdev $ndev\b"
+	local ndev links
+	ndev=$(ip -o addr show | awk -v ip="$1" '{ split($4, a, "/"); if (a[1] == ip && !n++) print $2 }')
+	[ -n "$ndev" ] && links=$(rdma link show 2>/dev/null) && grep -q "netdev $ndev\b" <<<"$links"
 }
 
 _siw_wanted() {
@@ -381,7 +381,7 @@ iscsi_start() {
 		discovery.sendtargets.timeo.active_timeout = 15
 		discovery.sendtargets.reopen_max = 0
 	EOF
-	if findmnt -n -o FSTYPE -T /var/lib/iscsi | grep -q overlay; then
+	if [[ $(findmnt -n -o FSTYPE -T /var/lib/iscsi) == *overlay* ]]; then
 		rm -rf /var/lib/iscsi/nodes /var/lib/iscsi/send_targets
 	fi
 	# A session of its own: on SIGTERM iscsid does killpg(0, SIGTERM),
@@ -605,7 +605,15 @@ _reject_overtaken() {
 	grep -Eq "$2" <<<"$lines" || return 1
 	grep -m1 -E 'riser: connection to .* failed: disconnected by the target' <<<"$lines"
 }
-_lio_login_stalled() { kernel_after_mark "$1" | grep -m1 -E "$LIO_LOGIN_STALL"; }
+# _lio_login_stalled MARK: prints LIO's stall line logged since MARK; fails
+# without one, or when the marker is not in the log. (The window is read
+# whole first: grep -m1 on a pipe would kill the writer with SIGPIPE once
+# it stops, and with pipefail a stall found would count as none.)
+_lio_login_stalled() {
+	local lines
+	lines=$(kernel_after_mark "$1") || return 1
+	grep -m1 -E "$LIO_LOGIN_STALL" <<<"$lines"
+}
 
 # ISCSI_ERR_LOGIN_AUTH_FAILED: iscsiadm's status for a login the target
 # refused for authentication (open-iscsi's include/iscsi_err.h).
