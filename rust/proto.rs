@@ -23,6 +23,8 @@ pub(crate) mod ratelimit;
 pub(crate) mod response;
 #[cfg_attr(not(MODULE), path = "proto/sizing.rs")]
 pub(crate) mod sizing;
+#[cfg_attr(not(MODULE), path = "proto/slot.rs")]
+pub(crate) mod slot;
 #[cfg_attr(not(MODULE), path = "proto/tmf.rs")]
 pub(crate) mod tmf;
 

@@ -42,6 +42,11 @@ impl<'a> Input<'a> {
         u64::from_be_bytes(self.bytes())
     }
 
+    /// Whether the input is used up.
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+
     /// Whatever is left.
     pub fn rest(self) -> &'a [u8] {
         self.rest
