@@ -13,6 +13,9 @@
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/netdevice.h>
+#include <linux/string.h>
+#include <rdma/ib_verbs.h>
 
 #include "riser_helpers.h"
 
@@ -186,6 +189,44 @@ void riser_fault_delay_release(void)
 	pr_warn("riser: fault injected: release goes on after %u ms\n",
 		jiffies_to_msecs(jiffies - t0));
 }
+
+/*
+ * Writing a network interface's name makes ib_core deliver
+ * IB_EVENT_DEVICE_FATAL for the RDMA device on it (ib_dispatch_event, to
+ * every registered event handler, riser's among them), as a provider does
+ * when its device dies; rxe and siw never do. Write-only.
+ */
+static int fault_device_fatal_set(const char *val, const struct kernel_param *kp)
+{
+	char name[IFNAMSIZ], *n;
+	struct net_device *ndev;
+	struct ib_device *ibdev;
+	struct ib_event ev = { .event = IB_EVENT_DEVICE_FATAL };
+
+	if (strscpy(name, val, sizeof(name)) < 0)
+		return -EINVAL;
+	n = strim(name);
+	ndev = dev_get_by_name(&init_net, n);
+	if (!ndev)
+		return -ENODEV;
+	ibdev = ib_device_get_by_netdev(ndev, RDMA_DRIVER_UNKNOWN);
+	dev_put(ndev);
+	if (!ibdev)
+		return -ENODEV;
+	ev.device = ibdev;
+	ev.element.port_num = 1;
+	pr_warn("riser: fault injected: device fatal event on %s\n", dev_name(&ibdev->dev));
+	ib_dispatch_event(&ev);
+	ib_device_put(ibdev);
+	return 0;
+}
+
+static const struct kernel_param_ops fault_device_fatal_ops = {
+	.set = fault_device_fatal_set,
+};
+module_param_cb(fault_device_fatal, &fault_device_fatal_ops, NULL, 0200);
+MODULE_PARM_DESC(fault_device_fatal,
+		 "Test build: deliver a DEVICE_FATAL event for the RDMA device on this interface");
 #else
 bool riser_fault_hit(int site)
 {

@@ -34,7 +34,7 @@ P=/sys/module/riser/parameters
 
 dmesg_live
 
-plan 32
+plan 33
 
 session_up() { iscsi_logged_in "$IQN"; }
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
@@ -212,6 +212,30 @@ check "send completions delayed 1 ms before the handler, 4 KiB random I/O: data 
 	tag_window
 check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
 check "  a session of 16 commands" cmds_max_16
+
+# A fatal device error (IB_EVENT_DEVICE_FATAL, which rxe never sends: the
+# test build's knob has ib_core deliver it) under fio: riser fails the
+# connections on the device at once ("the RDMA device failed"), rather than
+# wait for NOP or RC timeouts; the device being alive, iscsid's reconnect
+# works and fio verifies.
+device_fatal() {
+	local nd pid rc=0
+	nd=$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0) || return 1
+	dmesg_mark
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" randrw 4k 8 8M >"$RISER_OUT/fio-fatal.log" 2>&1 &
+	pid=$!
+	nap 2
+	kill -0 "$pid" 2>/dev/null || { echo "fio ended before the event"; rc=1; }
+	echo "$nd" >"$P/fault_device_fatal" || { echo "the knob refused $nd"; rc=1; }
+	wait "$pid" || { echo "fio failed"; rc=1; }
+	cat "$RISER_OUT/fio-fatal.log"
+	dmesg_has "riser: fault injected: device fatal event on rxe0" || { echo "no event"; rc=1; }
+	dmesg_has "riser: connection to $IP:3260 failed: the RDMA device failed" ||
+		{ echo "riser did not fail the connection on the event"; rc=1; }
+	return $rc
+}
+check "a DEVICE_FATAL event under fio: the connection fails at once, recovers, data verified" \
+	device_fatal
 
 check "logout" iscsi_logout "$IQN" "$IP"
 check "iscsid stopped" iscsi_stop
