@@ -631,7 +631,7 @@ if [ -n "$SMALL_MODES" ]; then
 	case " $SMALL_MODES " in *" burst-edge "*) N=$((N + 11)) ;; esac
 fi
 [ -z "$REG0_MODES" ] || N=$((N + 23))
-[ -z "$HOLD_MODES" ] || N=$((N + 14 + $(ffp_checks silent-redo)))
+[ -z "$HOLD_MODES" ] || N=$((N + 16 + $(ffp_checks silent-redo)))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -1035,9 +1035,26 @@ fi
 # before its data came (shown by hand with such a build: the READ's data
 # check fails).
 hold_node() {
+	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
 	node_setup "$1" &&
-		iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update \
-			-n node.session.timeo.replacement_timeout -v 120
+		"${n[@]}" -n node.session.timeo.replacement_timeout -v 120 &&
+		"${n[@]}" -n node.session.cmds_max -v 16
+}
+# hold_tag_window: on the same session (two vCPUs, the test build, 4 KiB
+# writes as immediate data, 16 commands), each of the next 2000 send
+# completions waits 1 ms in riser's handler with its tag still held,
+# before it takes what the tag kept (inject.sh does the same against LIO
+# on one vCPU). Nothing may be lost or stall; a completion that took
+# another post's reference would warn.
+hold_tag_window() {
+	local rc=0 left
+	echo 2000 >"$P/fault_send_done_delay" || return 1
+	fio_verify "$DEV" randrw 4k 16 8M --offset=48M || rc=1
+	left=$(cat "$P/fault_send_done_delay")
+	echo 0 >"$P/fault_send_done_delay"
+	echo "delays left unused: $left"
+	[ "$left" = 0 ] || { echo "fewer than 2000 send completions were delayed"; rc=1; }
+	return $rc
 }
 # hold_opener: once the release is held (the session reset, 30 to 60 s
 # after the trigger), ends the hold when the READ comes again, or 30 s on.
@@ -1055,8 +1072,9 @@ if [ -n "$HOLD_MODES" ]; then
 	KO=$KO_USER
 	check "the test build's release hold is there, and off" \
 		eval '[ "$(cat "$P/fault_release_hold")" = 0 ]'
-	check "hostile target up (silent-redo)" evil_start ffp silent-redo
-	check "node record (replacement timeout 120 s)" hold_node "$IQN"
+	check "hostile target up (silent-redo, immediate data, 8 KiB PDUs)" \
+		evil_start ffp silent-redo -u 8192
+	check "node record (replacement timeout 120 s, 16 commands)" hold_node "$IQN"
 	check "login" iscsi_login "$IQN" "$IP"
 	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
 	check "disk $DEV appears" test -b "$DEV"
@@ -1072,6 +1090,9 @@ if [ -n "$HOLD_MODES" ]; then
 	echo 0 >"$P/fault_release_hold"
 	check "silent-redo: riser's release was held (test build)" \
 		dmesg_has "riser: fault injected: release held"
+	check "send completions delayed 1 ms before the handler, 4 KiB random I/O (immediate data), 16 commands: data verified" \
+		hold_tag_window
+	check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
 	touch /tmp/fio.stop
 	wait "$FIO"
 	FIO_RC=$?
