@@ -162,17 +162,17 @@ check: check-env
 # riser against ib_iser and iscsi_tcp on the fast kernel flavour (built by
 # setup on first use); FAST_KDIR names another tree. Tables in out/bench/.
 bench:
-	scripts/bench $(if $(FAST_KDIR),--kdir $(FAST_KDIR))
+	tools/bench/run $(if $(FAST_KDIR),--kdir $(FAST_KDIR))
 
 # The bench's QEMU plugin, which counts each module's instructions, and the
-# mark the guest executes around every workload (scripts/insns): built by
-# make bench, and by make check so that a change that breaks them shows.
+# mark the guest executes around every workload (tools/bench/insns): built
+# by make bench, and by make check so that a change that breaks them shows.
 INSNS_CFLAGS = -O2 -Wall -Wextra -Werror
 insns: out/insns/insns.so out/insns/riser-mark
-out/insns/insns.so: scripts/insns/insns.c scripts/insns/plugin.h
+out/insns/insns.so: tools/bench/insns/insns.c tools/bench/insns/plugin.h
 	@mkdir -p out/insns
 	$(CC) $(INSNS_CFLAGS) -fPIC -shared -fvisibility=hidden -o $@ $<
-out/insns/riser-mark: scripts/insns/mark.c
+out/insns/riser-mark: tools/bench/insns/mark.c
 	@mkdir -p out/insns
 	$(CC) $(INSNS_CFLAGS) -static -o $@ $<
 

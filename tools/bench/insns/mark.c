@@ -2,7 +2,7 @@
 /*
  * riser-mark: executes the instruction the bench's QEMU plugin (insns.c)
  * takes as its mark, once, and exits. Run in the guest by
- * tests/guest/bench-mark around every measured workload.
+ * tools/bench/guest/bench-mark around every measured workload.
  */
 int main(void)
 {

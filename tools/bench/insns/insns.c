@@ -17,8 +17,8 @@
  * run * length). The counts are exact:
  * they do not depend on the host's speed, on sampling, or on whether
  * interrupts were enabled. bench.sh tells which module each address
- * belongs to; scripts/bench-report adds them up per module and divides by
- * the I/Os the disk completed between two marks.
+ * belongs to; tools/bench/bench-report adds them up per module and
+ * divides by the I/Os the disk completed between two marks.
  *
  * The counters are per vCPU (scoreboards), summed at each mark; the
  * fallback counter of a block beyond the scoreboard's slots is shared, and

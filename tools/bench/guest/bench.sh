@@ -18,18 +18,18 @@
 #
 # The guest only measures: for every disk an initiator logs in to, one fio
 # process runs the workloads one after the other (stonewall), and
-# tests/guest/bench-mark, run by fio around each of them, takes the
-# counters (the guest's /proc/stat, the disk's, the host's) into
+# tools/bench/guest/bench-mark, run by fio around each of them, takes
+# the counters (the guest's /proc/stat, the disk's, the host's) into
 # $RISER_OUT/raw/DEV.BACKEND.INITIATOR.WORKLOAD.ROUND.stat0 and .stat1,
 # and, with RISER_BENCH_MARK set (make bench does), executes the mark of
-# QEMU's instruction-counting plugin (scripts/insns) with a line of its own
-# in $RAW/DEV.insns.labels. Where each module's code was during each
+# QEMU's instruction-counting plugin (tools/bench/insns) with a line of
+# its own in $RAW/DEV.insns.labels. Where each module's code was during each
 # round goes to DEV.INITIATOR.ROUND.modules (and riser's and ib_iser's
-# symbols to .kallsyms), so that scripts/bench-report counts each
+# symbols to .kallsyms), so that tools/bench/bench-report counts each
 # initiator's own instructions per I/O.
 # fio's JSON output of the workloads goes to DEV.BACKEND.INITIATOR.ROUND.runs.json.
-# scripts/bench-report turns them into the tables. Progress lines go to
-# $RISER_OUT/progress, which make bench shows while the guest runs.
+# tools/bench/bench-report turns them into the tables. Progress lines go
+# to $RISER_OUT/progress, which make bench shows while the guest runs.
 #
 # RISER_BENCH_PROFILE=1 adds, in the last round, a perf profile of the
 # whole guest during 4k random reads for each iSER initiator.
@@ -45,11 +45,11 @@ RUNTIME=${RISER_BENCH_RUNTIME:-1}
 RAMP=${RISER_BENCH_RAMP:-250ms}
 DEVICES=${RISER_BENCH_DEVICES:-rxe siw}
 BACKENDS=${RISER_BENCH_BACKENDS:-null_blk}
-# scripts/bench has checked that it names a file.
+# tools/bench/run has checked that it names a file.
 KO_B=${RISER_BENCH_B_KO:-}
 # Which build of riser is loaded: a ($KO) or b ($KO_B).
 RISER_LOADED=
-MARK=$RISER_TOP/tests/guest/bench-mark
+MARK=$RISER_TOP/tools/bench/guest/bench-mark
 # A run's counters are written once (bench-mark): none may be left over
 # from an earlier make bench into the same directory.
 rm -rf "$RAW"
