@@ -98,6 +98,8 @@ fmt:
 
 lint:
 	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
+	# design.md's table of the layers' `use crate::` edges against the code.
+	scripts/check-layers
 	$(RUSTFMT) --check --edition 2021 --config-path $(KDIR)/.rustfmt.toml rust/riser_main.rs
 	$(KMAKE) clean
 	$(KMAKE) W=1e CLIPPY=1 modules
