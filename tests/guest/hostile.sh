@@ -1041,19 +1041,19 @@ hold_node() {
 		"${n[@]}" -n node.session.cmds_max -v 16
 }
 # hold_tag_window: on the same session (two vCPUs, the test build, 4 KiB
-# writes as immediate data, 16 commands), each of the next 2000 send
+# writes as immediate data, 16 commands), each of the next 1000 send
 # completions waits 1 ms in riser's handler with its tag still held,
 # before it takes what the tag kept (inject.sh does the same against LIO
 # on one vCPU). Nothing may be lost or stall; a completion that took
 # another post's reference would warn.
 hold_tag_window() {
 	local rc=0 left
-	echo 2000 >"$P/fault_send_done_delay" || return 1
+	echo 1000 >"$P/fault_send_done_delay" || return 1
 	fio_verify "$DEV" randrw 4k 16 8M --offset=48M || rc=1
 	left=$(cat "$P/fault_send_done_delay")
 	echo 0 >"$P/fault_send_done_delay"
 	echo "delays left unused: $left"
-	[ "$left" = 0 ] || { echo "fewer than 2000 send completions were delayed"; rc=1; }
+	[ "$left" = 0 ] || { echo "fewer than 1000 send completions were delayed"; rc=1; }
 	return $rc
 }
 # hold_opener: once the release is held (the session reset, 30 to 60 s
