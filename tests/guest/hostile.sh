@@ -648,30 +648,41 @@ check "iscsid started" iscsi_start
 STAMP_EARLY=/tmp/stamp-early
 "$EVIL" -P "$TRIGGER_LBA:1024" >"$STAMP_EARLY"
 
-if [ -n "$FFP_MODES" ]; then
-	IQN=iqn.2026-11.org.riser:evil
-	FFP_MODES=$(echo $FFP_MODES)
-	check "hostile target up (full-feature modes)" evil_start ffp "${FFP_MODES// /,}"
-	check "node record" node_setup "$IQN"
+# ffp_up LABEL NODE_FN LOG: the session to the full-feature target (IQN),
+# its node record made by NODE_FN, the trigger blocks' data written, and
+# fio's rounds started underneath (FIO, output in LOG). 4 checks.
+ffp_up() {
+	check "node record$1" "$2" "$IQN"
 	check "login" iscsi_login "$IQN" "$IP"
 	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
 	check "disk $DEV appears" test -b "$DEV"
 	check "known data where the trigger READs look" trigger_data_setup
 	rm -f /tmp/fio.stop
-	fio_rounds >"$RISER_OUT/fio-hostile.log" 2>&1 &
+	fio_rounds >"$3" 2>&1 &
 	FIO=$!
+}
+# ffp_down LOG WHAT: fio's rounds stopped and checked (their output from
+# LOG into guest.log), then the logout. 2 checks.
+ffp_down() {
+	touch /tmp/fio.stop
+	wait "$FIO"
+	FIO_RC=$?
+	cat "$1" >>"$RISER_OUT/guest.log"
+	check "fio wrote and verified 4 MiB rounds through $2" test "$FIO_RC" = 0
+	check "logout" iscsi_logout "$IQN" "$IP"
+}
+
+if [ -n "$FFP_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil
+	FFP_MODES=$(echo $FFP_MODES)
+	check "hostile target up (full-feature modes)" evil_start ffp "${FFP_MODES// /,}"
+	ffp_up "" node_setup "$RISER_OUT/fio-hostile.log"
 
 	for m in $FFP_MODES; do
 		ffp "$m" "${EXPECT[$m]}"
 	done
 
-	touch /tmp/fio.stop
-	wait "$FIO"
-	FIO_RC=$?
-	cat "$RISER_OUT/fio-hostile.log" >>"$RISER_OUT/guest.log"
-	check "fio wrote and verified 4 MiB rounds through all of it (no error, no corrupt block)" \
-		test "$FIO_RC" = 0
-	check "logout" iscsi_logout "$IQN" "$IP"
+	ffp_down "$RISER_OUT/fio-hostile.log" "all of it (no error, no corrupt block)"
 	evil_stop
 fi
 
@@ -1074,14 +1085,7 @@ if [ -n "$HOLD_MODES" ]; then
 		eval '[ "$(cat "$P/fault_release_hold")" = 0 ]'
 	check "hostile target up (silent-redo, immediate data, 8 KiB PDUs)" \
 		evil_start ffp silent-redo -u 8192
-	check "node record (replacement timeout 120 s, 16 commands)" hold_node "$IQN"
-	check "login" iscsi_login "$IQN" "$IP"
-	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
-	check "disk $DEV appears" test -b "$DEV"
-	check "known data where the trigger READs look" trigger_data_setup
-	rm -f /tmp/fio.stop
-	fio_rounds >"$RISER_OUT/fio-hold.log" 2>&1 &
-	FIO=$!
+	ffp_up " (replacement timeout 120 s, 16 commands)" hold_node "$RISER_OUT/fio-hold.log"
 	echo 1 >"$P/fault_release_hold"
 	hold_opener &
 	OPENER=$!
@@ -1093,12 +1097,7 @@ if [ -n "$HOLD_MODES" ]; then
 	check "send completions delayed 1 ms before the handler, 4 KiB random I/O (immediate data), 16 commands: data verified" \
 		hold_tag_window
 	check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
-	touch /tmp/fio.stop
-	wait "$FIO"
-	FIO_RC=$?
-	cat "$RISER_OUT/fio-hold.log" >>"$RISER_OUT/guest.log"
-	check "fio wrote and verified 4 MiB rounds through it" test "$FIO_RC" = 0
-	check "logout" iscsi_logout "$IQN" "$IP"
+	ffp_down "$RISER_OUT/fio-hold.log" it
 	evil_stop
 fi
 
