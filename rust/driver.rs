@@ -472,7 +472,6 @@ impl kernel::InPlaceModule for Riser {
 mod tests {
     use super::*;
     use crate::proto::tmf::Scope;
-    use memory::{HeldRsp, Track};
 
     #[test]
     fn transport_identity_matches_ib_iser() {
@@ -485,28 +484,37 @@ mod tests {
 
     #[test]
     fn a_held_tmf_response_waits_for_the_sends_of_the_commands_it_ended() -> Result {
-        let mut t = Track::new(4, 8)?;
+        use crate::proto::slot::{self, Key, Post, Word};
         let lun = [0, 1, 0, 0, 0, 0, 0, 0];
-        t.inflight[2].itt = 0x22;
-        t.inflight[2].lun = lun;
-        t.inflight[2].sends = 2;
-        t.inflight[3].itt = 0x33;
-        t.inflight[3].lun = [0, 2, 0, 0, 0, 0, 0, 0];
-        t.inflight[3].sends = 1;
-        t.held = Some(HeldRsp {
-            bhs: Bhs([7; BHS_LEN]),
-            scope: Scope::Lun(lun),
-        });
-        assert!(t.busy(Scope::Task(0x22)));
-        assert!(!t.busy(Scope::Task(0x44)));
-        assert!(t.release_held().is_none());
-        t.inflight[2].sends = 1;
-        assert!(t.release_held().is_none());
+        let other = [0, 2, 0, 0, 0, 0, 0, 0];
+        let write = |itt, data_outs| Post {
+            itt,
+            send: true,
+            data_outs,
+            key: Key::None,
+            hold: true,
+        };
+        let posted = |p: &Post| slot::post(Word::default(), p).map(|s| s.word);
+        // Slot 2: a WRITE to the LUN with two Data-Outs; slot 3: one to
+        // another LUN with one. The TMF ended both (aborted); their SENDs
+        // went, their Data-Outs not yet.
+        let mut w2 = slot::abort(
+            slot::send_done(posted(&write(0x22, 2)).map_err(|_| EINVAL)?)
+                .map_err(|_| EINVAL)?
+                .word,
+        )
+        .word;
+        let w3 = slot::abort(posted(&write(0x33, 1)).map_err(|_| EINVAL)?).word;
+        let words = |w2| [(Word::default(), lun), (w2, lun), (w3, other)].into_iter();
+        assert!(memory::keeps_tmf(Scope::Task(0x22), words(w2)));
+        assert!(!memory::keeps_tmf(Scope::Task(0x44), words(w2)));
+        assert!(memory::keeps_tmf(Scope::Lun(lun), words(w2)));
+        w2 = slot::data_out_done(w2).map_err(|_| EINVAL)?.word;
+        assert!(memory::keeps_tmf(Scope::Lun(lun), words(w2)));
         // The command of another LUN does not hold the response back.
-        t.inflight[2].sends = 0;
-        assert_eq!(t.release_held(), Some(Bhs([7; BHS_LEN])));
-        assert!(t.held.is_none());
-        assert!(t.busy(Scope::All));
+        w2 = slot::data_out_done(w2).map_err(|_| EINVAL)?.word;
+        assert!(!memory::keeps_tmf(Scope::Lun(lun), words(w2)));
+        assert!(memory::keeps_tmf(Scope::All, words(w2)));
         Ok(())
     }
 

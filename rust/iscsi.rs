@@ -107,7 +107,7 @@ mod task;
 mod transport;
 
 pub(crate) use stats::CustomStats;
-pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskRef, XmitTask, BHS_LEN};
+pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskHold, TaskRef, XmitTask, BHS_LEN};
 pub(crate) use transport::{Registry, Transport};
 
 use core::net::SocketAddr;

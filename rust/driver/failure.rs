@@ -27,8 +27,6 @@ pub(crate) enum Failure {
     SecondResponse,
     /// A LOCAL_INV could not be posted: the rkey stays valid until teardown.
     InvalidatePost,
-    /// No memory for the invalidations a TMF Response needs.
-    TmfNoMemory,
     /// A receive could not be posted again.
     RepostFailed,
     /// The target sent a PDU that does not parse.
@@ -67,8 +65,8 @@ pub(crate) enum Failure {
     DataOutExcess,
     /// No Data-Out header was free.
     NoDataOutHeader,
-    /// The task went away while its Data-Outs were sent.
-    TaskGone,
+    /// riser's own bookkeeping of a command refused an event (a bug).
+    SlotBroken,
     /// A Data-Out could not be posted after its command.
     DataOutPost,
 }
@@ -87,7 +85,6 @@ impl Failure {
             Self::Disconnected => "disconnected by the target",
             Self::SecondResponse => "second response to a command",
             Self::InvalidatePost => "cannot post a LOCAL_INV",
-            Self::TmfNoMemory => "no memory for a TMF's invalidations",
             Self::RepostFailed => "cannot repost a receive",
             Self::MalformedPdu => "malformed PDU",
             Self::DataInOrR2t => "Data-In or R2T over iSER",
@@ -106,7 +103,7 @@ impl Failure {
             Self::CommandPost => "cannot post a command",
             Self::DataOutExcess => "more Data-Outs than reserved",
             Self::NoDataOutHeader => "no Data-Out header free",
-            Self::TaskGone => "task gone while sending its Data-Outs",
+            Self::SlotBroken => "command bookkeeping broken",
             Self::DataOutPost => "cannot post a Data-Out",
         }
     }

@@ -2,8 +2,17 @@
 
 //! What the target can reach of each command, and when that ends: the
 //! registration a command gives the target, its invalidation (by the
-//! target with its response, or by riser), and the task references that
-//! hold the command until then (iser_memory.c's concern).
+//! target with its response, or by riser), and the task reference that
+//! holds the command until then (iser_memory.c's concern).
+//!
+//! Each task slot has a completion word (`proto::slot`): what the slot's
+//! command still owes before it may complete (its response, its SEND's
+//! completion, its Data-Outs' completions, the end of the key it gave the
+//! target). The sender publishes it before the post; the response, the
+//! send completions and the LOCAL_INV completion each clear their bit with
+//! a compare-and-exchange, and whichever clears the last completes the
+//! command: no lock on the command path. The rare PDUs (login, text,
+//! NOP-Out, TMF, logout) keep their bookkeeping in [`Track`], under a lock.
 
 use super::{
     conn::{Failure, IserConn},
@@ -11,68 +20,98 @@ use super::{
     Iser,
 };
 use crate::{
-    iscsi::{Task, TaskRef},
+    iscsi::{Task, TaskHold, TaskRef},
     proto::{
         pdu::{Bhs, RxPdu},
-        response::{self, IttMatch, SlotKey},
+        slot::{self, Action, RefOp, Step, Violation, Word},
         tmf::{self, Scope, TmfRequest},
     },
     rdma::conn::SendOp,
 };
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{alloc::KVec, prelude::*};
 
-/// Where a command's memory registration stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum MrState {
-    /// The target was given the rkey and may use it.
-    Registered,
-    /// The command ended without the target invalidating the rkey, while
-    /// sends naming its data through the MR's lkey were still to go or to
-    /// complete: the LOCAL_INV waits for the last of them, which would
-    /// otherwise fail on the invalid key (and fail the connection).
-    Ending,
-    /// A LOCAL_INV of it is posted; its completion ends the target's access.
-    Invalidating,
+/// One task slot's command as the connection tracks it.
+///
+/// The word is published with `SeqCst` compare-and-exchanges, and read
+/// with `SeqCst` loads where a held TMF Response is decided: a completion
+/// that clears a command's last pending bit, then looks whether a TMF
+/// Response is held, and the TMF path, which holds one, then looks at the
+/// words, cannot both miss the other (see [`Res::events_done`]).
+pub(super) struct Slot {
+    /// The completion word ([`Word`]).
+    word: AtomicU64,
+    /// The LUN of the slot's last command, as in its BHS (a TMF's scope
+    /// names it): written by the sender before it publishes the word.
+    lun: AtomicU64,
+    /// The command's one task reference while its word says `REF`.
+    hold: TaskHold,
 }
 
-/// What one task slot's command still owes before it may complete: libiscsi
-/// frees a task, and the midlayer gets its command back, only when every
-/// reference on it is dropped, and riser holds one for each event that may
-/// still touch the command's memory.
-pub(super) struct Inflight {
-    /// The command's ITT as sent (meaningful while it holds references).
-    pub(super) itt: u32,
-    /// Its LUN, as in the BHS.
-    pub(super) lun: [u8; 8],
-    /// The registration the target was given, and the reference that holds
-    /// the command until it is invalidated.
-    pub(super) mr: Option<(MrState, TaskRef)>,
-    /// Signaled SENDs naming the command's data (immediate data,
-    /// Data-Outs) not completed yet; each holds a reference in `puts`.
-    pub(super) sends: u32,
-    /// Unsolicited Data-Outs set aside for the command and not posted yet.
-    pub(super) unsent: u32,
-    /// Whether its SCSI Response came. Kept until the slot's next command:
-    /// libiscsi frees the task only when riser's references go, and until
-    /// then would take a second response for it as a first one (iSCSI has
-    /// one response per command).
-    pub(super) responded: bool,
-}
+impl Slot {
+    pub(super) fn new() -> Self {
+        Self {
+            word: AtomicU64::new(Word::default().raw()),
+            lun: AtomicU64::new(0),
+            hold: TaskHold::new(),
+        }
+    }
 
-impl Inflight {
-    /// Whether a send naming the command's data is still to go or to
-    /// complete.
-    pub(super) fn sending(&self) -> bool {
-        self.sends > 0 || self.unsent > 0
+    /// The slot's word as it is now.
+    pub(super) fn word(&self) -> Word {
+        Word::from_raw(self.word.load(Ordering::SeqCst))
+    }
+
+    fn lun(&self) -> [u8; 8] {
+        self.lun.load(Ordering::Acquire).to_ne_bytes()
+    }
+
+    /// Applies the transition `f` to the word and publishes the result;
+    /// recomputed from the word found if another CPU changed it meanwhile.
+    fn apply(
+        &self,
+        f: impl Fn(Word) -> core::result::Result<Step, Violation>,
+    ) -> core::result::Result<Step, Violation> {
+        let mut cur = self.word.load(Ordering::SeqCst);
+        loop {
+            let s = f(Word::from_raw(cur))?;
+            if s.word.raw() == cur {
+                return Ok(s);
+            }
+            match self.word.compare_exchange_weak(
+                cur,
+                s.word.raw(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Ok(s),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// The connection is drained: the command, if any, is released, and
+    /// its reference is returned to be dropped.
+    pub(super) fn teardown(&self) -> Option<TaskRef> {
+        let _ = self.apply(|w| Ok(slot::teardown(w)));
+        // Whatever the word said: nothing of the command is reachable now.
+        self.hold.take()
     }
 }
 
-/// The reference a signaled SEND holds on its task until it completes.
+/// Whether a command in `scope` keeps a TMF Response back, of the slots'
+/// `(word, LUN)`s: a SEND of it has not completed, or it ended and its key
+/// is still valid.
+pub(super) fn keeps_tmf(scope: Scope, mut slots: impl Iterator<Item = (Word, [u8; 8])>) -> bool {
+    slots.any(|(w, lun)| {
+        w.keeps_tmf_response() && w.itt().is_some_and(|itt| scope.covers(itt, &lun))
+    })
+}
+
+/// The reference a signaled SEND of a control PDU holds on its task until
+/// it completes.
 pub(super) struct SendRef {
     pub(super) task: TaskRef,
-    /// Whether it counts in the task's `sends` (a SEND naming its data).
-    pub(super) counted: bool,
     /// The number its post has on the tag
     /// ([`crate::rdma::conn::Connection::send_tag_posts`]): the completion
     /// that takes it must be that post's.
@@ -87,14 +126,13 @@ pub(super) struct HeldRsp {
     pub(super) scope: Scope,
 }
 
-/// A connection's command bookkeeping, under one lock (taken in the send
-/// path and the completion handlers). Task references are never dropped
-/// under it: dropping one may free the task, which takes libiscsi's locks.
+/// A connection's bookkeeping of the rare PDUs, under one lock (taken in
+/// the control send path and the completion handlers). Task references
+/// are never dropped under it: dropping one may free the task, which takes
+/// libiscsi's locks.
 pub(super) struct Track {
-    /// By task slot.
-    pub(super) inflight: KVec<Inflight>,
-    /// By send tag: the reference a signaled SEND holds on its task until it
-    /// completes.
+    /// By send tag: the reference a control PDU's signaled SEND holds on
+    /// its task until it completes.
     pub(super) puts: KVec<Option<SendRef>>,
     /// The TMF request sent last, until its response arrives.
     pub(super) tmf: Option<TmfRequest>,
@@ -105,27 +143,12 @@ pub(super) struct Track {
 }
 
 impl Track {
-    pub(super) fn new(cmds: u32, send_tags: u32) -> Result<Self> {
-        let mut inflight = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
-        for _ in 0..cmds {
-            inflight.push(
-                Inflight {
-                    itt: 0,
-                    lun: [0; 8],
-                    mr: None,
-                    sends: 0,
-                    unsent: 0,
-                    responded: false,
-                },
-                GFP_KERNEL,
-            )?;
-        }
+    pub(super) fn new(send_tags: u32) -> Result<Self> {
         let mut puts = KVec::with_capacity(send_tags as usize, GFP_KERNEL)?;
         for _ in 0..send_tags {
             puts.push(None, GFP_KERNEL)?;
         }
         Ok(Self {
-            inflight,
             puts,
             tmf: None,
             held: None,
@@ -133,46 +156,20 @@ impl Track {
         })
     }
 
-    /// Whether a command in `scope` is still reachable by the target through
-    /// an invalidation or a send that has not completed.
-    pub(super) fn busy(&self, scope: Scope) -> bool {
-        self.inflight.iter().any(|f| {
-            let pending =
-                f.sending() || matches!(f.mr, Some((MrState::Ending | MrState::Invalidating, _)));
-            pending && scope.covers(f.itt, &f.lun)
-        })
-    }
-
     /// Takes back the reference of send tag `tag`, once its SEND completed
     /// (`post`: the completed post's number on the tag) or was not posted
-    /// (`None`), with the slot whose LOCAL_INV may go now.
-    pub(super) fn send_completed(
-        &mut self,
-        tag: u32,
-        post: Option<u32>,
-    ) -> (Option<TaskRef>, Option<u32>) {
-        let Some(SendRef {
-            task: r,
-            counted,
-            post: want,
-        }) = self.puts.get_mut(tag as usize).and_then(Option::take)
-        else {
-            return (None, None);
-        };
+    /// (`None`).
+    pub(super) fn send_completed(&mut self, tag: u32, post: Option<u32>) -> Option<TaskRef> {
+        let SendRef { task, post: want } =
+            self.puts.get_mut(tag as usize).and_then(Option::take)?;
         // A completion taking another post's reference would let that
-        // command complete while the device may still read its SEND.
+        // task be freed while the device may still read its SEND.
         if let Some(p) = post {
             if p != want {
                 Self::other_post(tag, p, want);
             }
         }
-        let idx = r.index();
-        if counted {
-            if let Some(f) = self.inflight.get_mut(idx as usize) {
-                f.sends = f.sends.saturating_sub(1);
-            }
-        }
-        (Some(r), self.end_sending(idx))
+        Some(task)
     }
 
     #[cold]
@@ -186,33 +183,10 @@ impl Track {
         kernel::warn_on!(true);
     }
 
-    /// Slot `idx` if its command ended (`Ending`) and has no send left:
-    /// its registration is then marked `Invalidating`, for the caller to
-    /// post the LOCAL_INV.
-    pub(super) fn end_sending(&mut self, idx: u32) -> Option<u32> {
-        let f = self.inflight.get_mut(idx as usize)?;
-        let sending = f.sending();
-        match f.mr.as_mut() {
-            Some(m) if m.0 == MrState::Ending && !sending => {
-                m.0 = MrState::Invalidating;
-                Some(idx)
-            }
-            _ => None,
-        }
-    }
-
-    /// Takes the next task reference held, from position `*at` on (the
-    /// slots' registrations, then the send tags), and moves `*at` past it;
-    /// `None` when none is left.
+    /// Takes the next task reference held, from position `*at` on, and
+    /// moves `*at` past it; `None` when none is left.
     pub(super) fn take_ref(&mut self, at: &mut usize) -> Option<TaskRef> {
-        let slots = self.inflight.len();
-        while let Some(f) = self.inflight.get_mut(*at) {
-            *at += 1;
-            if let Some((_, r)) = f.mr.take() {
-                return Some(r);
-            }
-        }
-        while let Some(p) = self.puts.get_mut(*at - slots) {
+        while let Some(p) = self.puts.get_mut(*at) {
             *at += 1;
             if let Some(p) = p.take() {
                 return Some(p.task);
@@ -220,74 +194,50 @@ impl Track {
         }
         None
     }
+}
 
-    /// The held TMF Response, if the commands it waits for are done.
-    pub(super) fn release_held(&mut self) -> Option<Bhs> {
-        let scope = self.held.as_ref()?.scope;
-        if self.busy(scope) {
-            return None;
-        }
-        self.held.take().map(|h| h.bhs)
-    }
+/// What one event of a command leaves to do once its word is published.
+#[must_use]
+pub(super) struct Done {
+    /// The command's reference, when the event ended it: dropped after
+    /// whatever the event hands on (the last one frees the task).
+    pub(super) task: Option<TaskRef>,
+    /// Why the connection fails, if it does.
+    pub(super) failure: Option<Failure>,
 }
 
 impl Res {
-    /// Records a command about to be posted on its slot, with a reference
-    /// for the rkey the target gets (`remote_key`), one for a command SEND
-    /// that names its data (`with_imm`), and the `dataouts` unsolicited
-    /// Data-Outs that will follow it.
-    pub(super) fn hold_command(
-        &self,
-        task: &Task<'_, Iser>,
-        remote_key: bool,
-        with_imm: bool,
-        dataouts: u32,
-    ) -> Result {
+    /// The completion words and LUNs of the slots.
+    fn words(&self) -> impl Iterator<Item = (Word, [u8; 8])> + '_ {
+        self.slots.iter().map(|s| (s.word(), s.lun()))
+    }
+
+    /// Publishes a command about to be posted on its slot (`p`), with the
+    /// one reference it holds while something beyond its response is
+    /// pending (`p.hold`), taken first.
+    pub(super) fn hold_command(&self, task: &Task<'_, Iser>, p: &slot::Post) -> Result {
         let idx = task.index();
-        let bhs = Bhs(task.bhs());
-        let mr_ref = if remote_key {
-            Some(task.get_ref().ok_or(EINVAL)?)
-        } else {
-            None
-        };
-        let send_ref = if with_imm {
-            Some(task.get_ref().ok_or(EINVAL)?)
-        } else {
-            None
-        };
-        let tag = Self::task_tag(idx);
-        let mut t = self.track.lock();
-        let busy = t
-            .inflight
-            .get(idx as usize)
-            .is_none_or(|f| f.mr.is_some() || f.sending())
-            || (with_imm && t.puts.get(tag as usize).is_none_or(Option::is_some));
-        if busy {
-            // A slot's references are all gone before libiscsi reuses it.
-            drop(t);
-            drop((mr_ref, send_ref));
+        let s = self.slots.get(idx as usize).ok_or(EINVAL)?;
+        if !s.word().quiet() {
             return Err(Self::slot_reused(idx));
         }
-        let counted = send_ref.is_some();
-        // The command's SEND is the tag's next post: nothing else posts on
-        // a task slot's tag while its task holds the slot.
-        let post = self.conn.next_send_post(tag);
-        if let (Some(r), Some(p)) = (send_ref, t.puts.get_mut(tag as usize)) {
-            *p = Some(SendRef {
-                task: r,
-                counted: true,
-                post,
-            });
+        if p.hold {
+            let r = task.get_ref().ok_or(EINVAL)?;
+            if let Err(r) = s.hold.put(r) {
+                // Outside every lock: libiscsi's own reference is held.
+                drop(r);
+                return Err(Self::slot_reused(idx));
+            }
         }
-        if let Some(f) = t.inflight.get_mut(idx as usize) {
-            f.itt = bhs.itt();
-            f.lun = bhs.lun();
-            f.mr = mr_ref.map(|r| (MrState::Registered, r));
-            f.sends = u32::from(counted);
-            f.unsent = dataouts;
-            f.responded = false;
+        s.lun
+            .store(u64::from_ne_bytes(Bhs(task.bhs()).lun()), Ordering::Release);
+        match s.apply(|w| slot::post(w, p)) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                drop(s.hold.take());
+                Err(Self::slot_reused(idx))
+            }
         }
-        Ok(())
     }
 
     #[cold]
@@ -299,119 +249,148 @@ impl Res {
         EINVAL
     }
 
-    /// Undoes [`Res::hold_command`] for a command that was not posted.
-    pub(super) fn unhold_command(&self, idx: u32, remote_key: bool, with_imm: bool) {
-        let (mr, send) = {
-            let mut t = self.track.lock();
-            let send = if with_imm {
-                t.puts
-                    .get_mut(Self::task_tag(idx) as usize)
-                    .and_then(Option::take)
-            } else {
-                None
+    /// Applies event `f` to slot `idx`'s word and does what the step says:
+    /// the LOCAL_INV that is due is posted, and the reference of a command
+    /// that ended is returned. A transition refused is riser's own bug (the
+    /// target's are refused in [`Res::response_arrived`]): a warning, and
+    /// the connection fails.
+    pub(super) fn slot_event(
+        &self,
+        idx: u32,
+        f: impl Fn(Word) -> core::result::Result<Step, Violation>,
+    ) -> Done {
+        let Some(s) = self.slots.get(idx as usize) else {
+            return Done {
+                task: None,
+                failure: Some(Self::own_violation(idx, Violation::Unexpected)),
             };
-            let mr = t.inflight.get_mut(idx as usize).and_then(|f| {
-                f.sends = 0;
-                f.unsent = 0;
-                if remote_key {
-                    f.mr.take()
-                } else {
-                    None
-                }
-            });
-            (mr, send)
         };
-        // Outside the lock: libiscsi's own reference is still held, so these
-        // do not free the task.
-        drop((mr, send));
+        match s.apply(f) {
+            Ok(step) => self.finish(idx, s, step),
+            Err(v) => Done {
+                task: None,
+                failure: Some(Self::own_violation(idx, v)),
+            },
+        }
+    }
+
+    /// Does what a published step says.
+    fn finish(&self, idx: u32, s: &Slot, step: Step) -> Done {
+        let failure = match step.action {
+            Action::Invalidate => self.invalidate(idx).err(),
+            Action::Wait | Action::Complete => None,
+        };
+        let task = match step.task_ref {
+            RefOp::Keep => None,
+            RefOp::Drop => s.hold.take(),
+            // Every command that may wait beyond its response holds its
+            // reference from the post (`Post::hold`).
+            RefOp::Take => {
+                return Done {
+                    task: None,
+                    failure: Some(Self::own_violation(idx, Violation::Unexpected)),
+                }
+            }
+        };
+        Done { task, failure }
+    }
+
+    #[cold]
+    fn own_violation(idx: u32, v: Violation) -> Failure {
+        pr_err!(
+            "task slot {}: completion word refused an event: {:?}\n",
+            idx,
+            v
+        );
+        kernel::warn_on!(true);
+        Failure::SlotBroken
     }
 
     /// A SCSI Response `pdu` for the command on slot `idx` arrived;
     /// `invalidated` is the rkey the target invalidated with it, if any.
     /// Ends the target's access to the command's memory: at once if the
-    /// target invalidated it, else by a LOCAL_INV whose completion drops
-    /// the reference. Returns the reference to drop once the response is
-    /// handed on. Fails the connection on a second response for the same
-    /// command, on an invalidation of any key but the one the command gave
-    /// the target, and on the command's ITT with bits libiscsi ignores set
-    /// (libiscsi would complete the command on it).
+    /// target invalidated it, else by a LOCAL_INV (posted here, or by the
+    /// completion of the last SEND reading through the key's MR). Returns
+    /// the command's reference, to drop once the response is handed on.
+    /// Fails the connection on a second response for the same command, on
+    /// an invalidation of any key but the one the command gave the target,
+    /// and on the command's ITT with bits libiscsi ignores set (libiscsi
+    /// would complete the command on it).
     pub(super) fn response_arrived(
         &self,
         idx: u32,
         pdu: &RxPdu,
         invalidated: Option<u32>,
     ) -> core::result::Result<Option<TaskRef>, Failure> {
-        let itt = pdu.itt;
-        let mut t = self.track.lock();
-        let Some(f) = t.inflight.get_mut(idx as usize) else {
-            drop(t);
+        let Some(s) = self.slots.get(idx as usize) else {
             return match invalidated {
                 Some(rkey) => Err(IserConn::foreign(rkey, pdu)),
                 // Beyond the slots: libiscsi refuses it.
                 None => Ok(None),
             };
         };
-        let sent = f.itt;
-        let matched = response::match_itt(sent, itt);
-        let same = matched == IttMatch::Same;
-        if same && f.responded {
-            drop(t);
-            pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
-            return Err(Failure::SecondResponse);
-        }
-        let given = matches!(f.mr, Some((MrState::Registered, _)));
-        if let Some(rkey) = invalidated {
-            let slot = SlotKey {
-                same_itt: same,
-                given,
-                mr_rkey: self.conn.mr_rkey(idx).filter(|_| self.conn.mr_valid(idx)),
-            };
-            if !response::may_invalidate(self.remote_inv, slot, rkey) {
-                drop(t);
-                return Err(IserConn::foreign(rkey, pdu));
-            }
-        }
-        match matched {
-            IttMatch::Same => {}
-            IttMatch::Junk => {
-                drop(t);
-                pr_err!(
-                    "target answered ITT {:#x} with a SCSI Response for ITT {:#x}\n",
-                    sent,
-                    itt
-                );
-                return Err(Failure::CorruptItt);
-            }
-            // A stale ITT, or one never sent: libiscsi refuses it.
-            IttMatch::Other => return Ok(None),
-        }
-        f.responded = true;
-        if !given {
-            // Nothing to invalidate.
-            return Ok(None);
-        }
+        let r = slot::Response {
+            itt: pdu.itt,
+            invalidated,
+            rkey: self.conn.mr_rkey(idx).unwrap_or(0),
+            remote_inv: self.remote_inv,
+        };
+        let step = match s.apply(|w| slot::response(w, &r)) {
+            Ok(step) => step,
+            Err(v) => return Self::refused(v, s.word(), pdu, invalidated),
+        };
         if invalidated.is_some() {
             self.remote_invs.fetch_add(1, Ordering::Relaxed);
             self.conn.mr_invalidated(idx);
-            return Ok(f.mr.take().map(|(_, r)| r));
         }
-        let sending = f.sending();
-        if let Some(m) = f.mr.as_mut() {
-            m.0 = if sending {
-                MrState::Ending
-            } else {
-                MrState::Invalidating
-            };
+        let done = self.finish(idx, s, step);
+        match done.failure {
+            Some(f) => {
+                // The connection fails; the reference goes outside.
+                drop(done.task);
+                Err(f)
+            }
+            None => Ok(done.task),
         }
-        drop(t);
-        if !sending {
-            self.invalidate(idx)?;
-        }
-        Ok(None)
     }
 
-    /// Posts the signaled LOCAL_INV of MR `idx`, already marked
-    /// `Invalidating`.
+    /// Why a response the slot's word refused fails the connection, if it
+    /// does: a stale ITT, or one never sent, goes to libiscsi, which
+    /// refuses it.
+    #[cold]
+    fn refused(
+        v: Violation,
+        w: Word,
+        pdu: &RxPdu,
+        invalidated: Option<u32>,
+    ) -> core::result::Result<Option<TaskRef>, Failure> {
+        match v {
+            Violation::SecondResponse => {
+                pr_err!(
+                    "target sent a second SCSI Response for ITT {:#x}\n",
+                    pdu.itt
+                );
+                Err(Failure::SecondResponse)
+            }
+            Violation::ForeignInvalidation | Violation::KeyNotGiven => {
+                Err(IserConn::foreign(invalidated.unwrap_or(0), pdu))
+            }
+            Violation::CorruptItt => {
+                pr_err!(
+                    "target answered ITT {:#x} with a SCSI Response for ITT {:#x}\n",
+                    w.itt().unwrap_or(0),
+                    pdu.itt
+                );
+                Err(Failure::CorruptItt)
+            }
+            Violation::UnknownItt => Ok(None),
+            Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
+                Self::own_violation(IserConn::slot_of(pdu.itt), Violation::Unexpected),
+            ),
+        }
+    }
+
+    /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
     pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), Failure> {
         self.local_invs.fetch_add(1, Ordering::Relaxed);
         self.conn
@@ -426,6 +405,29 @@ impl Res {
             })
     }
 
+    /// The held TMF Response, if the commands it waits for are done.
+    pub(super) fn release_held(&self) -> Option<Bhs> {
+        let mut t = self.track.lock();
+        let scope = t.held.as_ref()?.scope;
+        if keeps_tmf(scope, self.words()) {
+            return None;
+        }
+        self.tmf_held.store(false, Ordering::SeqCst);
+        t.held.take().map(|h| h.bhs)
+    }
+
+    /// After events that may have ended commands a held TMF Response
+    /// waits for: the response, if it may go now. The flag is read after
+    /// the events' `SeqCst` exchanges, and set by [`Res::tmf_response`]
+    /// before it reads the words: one of the two sees the other.
+    pub(super) fn events_done(&self) -> Option<Bhs> {
+        if self.tmf_held.load(Ordering::SeqCst) {
+            self.release_held()
+        } else {
+            None
+        }
+    }
+
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.
@@ -434,42 +436,36 @@ impl Res {
         req: TmfRequest,
         bhs: &Bhs,
     ) -> core::result::Result<bool, Failure> {
-        let mut todo = KVec::<u32>::new();
-        let held = {
-            let mut t = self.track.lock();
-            if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
-                for (i, f) in t.inflight.iter_mut().enumerate() {
-                    if !req.scope.covers(f.itt, &f.lun) {
-                        continue;
-                    }
-                    let sending = f.sending();
-                    if let Some(m) = f.mr.as_mut() {
-                        if m.0 == MrState::Registered && sending {
-                            // Invalidated once its last send completed.
-                            m.0 = MrState::Ending;
-                        } else if m.0 == MrState::Registered {
-                            m.0 = MrState::Invalidating;
-                            // CAST: slot indexes fit a u32.
-                            todo.push(i as u32, GFP_ATOMIC)
-                                .map_err(|_| Failure::TmfNoMemory)?;
-                        }
-                    }
+        let mut failure = None;
+        if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
+            for (i, s) in self.slots.iter().enumerate() {
+                let w = s.word();
+                if !w.itt().is_some_and(|itt| req.scope.covers(itt, &s.lun())) {
+                    continue;
                 }
+                // CAST: slot indexes fit a u32.
+                let done = self.slot_event(i as u32, |w| Ok(slot::abort(w)));
+                // libiscsi's own reference holds the task until it has
+                // seen the TMF Response: this is not the last.
+                drop(done.task);
+                failure = failure.or(done.failure);
             }
-            // Whatever the response says, a command the target can still
-            // reach through a pending invalidation or send keeps it back.
-            let busy = t.busy(req.scope);
-            if busy {
-                t.held = Some(HeldRsp {
-                    bhs: *bhs,
-                    scope: req.scope,
-                });
-            }
-            busy
-        };
-        for i in todo {
-            self.invalidate(i)?;
         }
-        Ok(held)
+        if let Some(f) = failure {
+            return Err(f);
+        }
+        // Whatever the response says, a command the target can still reach
+        // through a pending invalidation or send keeps it back. Held first,
+        // then the words read: a completion that ends the last of them
+        // after this sees the flag (`events_done`).
+        {
+            let mut t = self.track.lock();
+            t.held = Some(HeldRsp {
+                bhs: *bhs,
+                scope: req.scope,
+            });
+            self.tmf_held.store(true, Ordering::SeqCst);
+        }
+        Ok(self.release_held().is_none())
     }
 }

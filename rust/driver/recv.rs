@@ -6,6 +6,7 @@
 
 use super::{
     conn::{Failure, IserConn},
+    memory::Done,
     res::{Res, CTRL_TX},
     ASYNC_PER_SEC, ITT_INDEX_MASK,
 };
@@ -14,7 +15,7 @@ use crate::{
     proto::{
         login,
         pdu::{Bhs, RxPdu, TargetOpcode},
-        response, ProtoError,
+        response, slot, ProtoError,
     },
     rdma::{
         conn::{QpHandler, Received, SendDone, Wc, UNSIGNALED_TAG},
@@ -76,7 +77,7 @@ impl IserConn {
 
     /// The task slot an ITT names: libiscsi builds ITTs in host byte order
     /// (get_itt()).
-    fn slot_of(itt: u32) -> u32 {
+    pub(super) fn slot_of(itt: u32) -> u32 {
         u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
     }
 
@@ -302,40 +303,69 @@ impl QpHandler for IserConn {
         };
         let cmds = res.cmds();
         let inv_base = res.inv_tag(0);
-        let post = done.post();
+        let dataout_base = CTRL_TX + cmds;
         fault::delay_send_done();
-        let (done_ref, ended, held) = {
-            let mut t = res.track.lock();
-            let (done_ref, ended) = if tag >= inv_base {
-                let idx = (tag - inv_base) as usize;
-                match t.inflight.get_mut(idx) {
-                    // A flushed or failed LOCAL_INV leaves the rkey valid:
-                    // the reference stays until the MR is destroyed.
-                    Some(f) if wc.ok() => (f.mr.take().map(|(_, r)| r), None),
-                    _ => (None, None),
-                }
-            } else {
-                t.send_completed(tag, Some(post))
-            };
-            (done_ref, ended, t.release_held())
-        };
-        // What the tag kept is taken: the tag may carry the next request.
-        done.release();
-        // The last send of a command that ended: its LOCAL_INV may go.
-        if let Some(Err(why)) = ended.filter(|_| wc.ok()).map(|i| res.invalidate(i)) {
-            self.fail(why);
-        }
-        if (CTRL_TX + cmds..inv_base).contains(&tag) {
-            // The list has room for every slot: it was made with all of them.
-            let _ = res
-                .dataout_free
-                .lock()
-                .push(tag - CTRL_TX - cmds, GFP_ATOMIC);
+        // A failed completion is no event of the command: the connection
+        // fails, and the teardown ends the command after the drain.
+        let ev = if tag >= inv_base {
+            wc.ok()
+                .then(|| res.slot_event(tag - inv_base, slot::inv_done))
+        } else if tag >= dataout_base {
+            let i = tag - dataout_base;
+            let owner = res
+                .dataout_owner
+                .get(i as usize)
+                .map(|o| o.load(Ordering::Acquire));
+            let ev = owner
+                .filter(|_| wc.ok())
+                .map(|idx| res.slot_event(idx, slot::data_out_done));
+            // The header is free once the tag is: the device read it.
+            done.release();
+            // The list has room for every header: it was made with all.
+            let _ = res.dataout_free.lock().push(i, GFP_ATOMIC);
             res.dataout_avail.fetch_add(1, Ordering::AcqRel);
+            return self.after_events(&res, ev);
+        } else if Self::command_send(&res, tag) {
+            wc.ok()
+                .then(|| res.slot_event(tag - CTRL_TX, slot::send_done))
+        } else {
+            // A control PDU's, or an inline command's signaled SEND.
+            let r = res.track.lock().send_completed(tag, Some(done.post()));
+            done.release();
+            drop(r);
+            return self.after_events(&res, None);
+        };
+        // The tag is free for the slot's next SEND before the command may
+        // complete (and its slot be reused).
+        done.release();
+        self.after_events(&res, ev);
+    }
+}
+
+impl IserConn {
+    /// Whether a completion on `tag` is a command SEND's: a slot's tag
+    /// whose word awaits its SEND. Nothing else is posted on a slot's tag
+    /// while its command waits for that (a command's non-inline SEND needs
+    /// an idle tag, and its task holds the slot).
+    fn command_send(res: &Res, tag: u32) -> bool {
+        tag.checked_sub(CTRL_TX)
+            .and_then(|idx| res.slots.get(idx as usize))
+            .is_some_and(|s| s.word().send_due())
+    }
+
+    /// What the events of a completion leave to do: the connection's
+    /// failure, the reference of a command they ended, a held TMF
+    /// Response they released.
+    fn after_events(&self, res: &Res, ev: Option<Done>) {
+        // (The send tag, if any, was released by the caller.)
+        if let Some(d) = ev {
+            if let Some(why) = d.failure {
+                self.fail(why);
+            }
+            // Outside every lock: the last reference frees the task.
+            drop(d.task);
         }
-        // Outside the lock: the last reference frees the task.
-        drop(done_ref);
-        if let Some(bhs) = held {
+        if let Some(bhs) = res.events_done() {
             self.deliver_held(bhs);
         }
     }

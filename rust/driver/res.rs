@@ -3,7 +3,12 @@
 //! A connected iSER connection's resources: the QP, its buffers and the
 //! command bookkeeping, made when the route resolves and dropped at teardown.
 
-use super::{conn::IserConn, device::DevUse, memory::Track, LOGIN_DATA};
+use super::{
+    conn::IserConn,
+    device::DevUse,
+    memory::{Slot, Track},
+    LOGIN_DATA,
+};
 use crate::{
     proto::{
         iser::{IserHeader, ISER_HDR_LEN},
@@ -33,9 +38,15 @@ use kernel::{
 /// (`conn`), then the buffers. Its locks are boxed, so that it needs no
 /// pinning and may have that `Drop`.
 pub(super) struct Res {
-    /// What the target can still reach of each command, and the references
-    /// that hold the commands until it cannot.
+    /// By task slot: what its command still owes before it may complete,
+    /// and the reference that holds it until then.
+    pub(super) slots: KVec<Slot>,
+    /// The rare PDUs' bookkeeping: control SENDs, the TMF and logout
+    /// outstanding, a TMF Response held.
     pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
+    /// A TMF Response is held in `track` (read by every completion
+    /// without the lock: see `Res::events_done`).
+    pub(super) tmf_held: AtomicBool,
     pub(super) conn: Connection<IserConn>,
     /// Completed by the drop once the QP is gone and the task references
     /// are dropped.
@@ -52,6 +63,9 @@ pub(super) struct Res {
     /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
     pub(super) dataout: KVec<Arc<DmaBuf>>,
     pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
+    /// By Data-Out header: the task slot of the command whose Data-Out it
+    /// carries, written before each post, read by its completion.
+    pub(super) dataout_owner: KVec<AtomicU32>,
     /// Free Data-Out headers not reserved by a command being sent: a WRITE
     /// reserves all it needs before anything of it is posted. Taken by
     /// `xmit_task`, given back by it and by send completions (softirq).
@@ -79,11 +93,15 @@ pub(super) struct Res {
 
 impl Drop for Res {
     fn drop(&mut self) {
-        // Before any field: the task references in `track` may go only
-        // once the QP, the one way to the connection's PD, is gone.
+        // Before any field: the task references in `slots` and `track` may
+        // go only once the QP, the one way to the connection's PD, is gone
+        // (drained: no work request outstanding, no completion to come).
         self.conn.destroy_qp();
         // Then every one of them, outside the lock (the last one frees its
         // task, which takes libiscsi's locks), before the slow frees.
+        for s in self.slots.iter() {
+            drop(s.teardown());
+        }
         let mut at = 0;
         loop {
             let r = self.track.lock().take_ref(&mut at);
@@ -105,6 +123,8 @@ pub(super) struct Bufs {
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     pub(super) dataout: KVec<Arc<DmaBuf>>,
     pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
+    pub(super) dataout_owner: KVec<AtomicU32>,
+    pub(super) slots: KVec<Slot>,
     pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
 }
 
@@ -121,7 +141,15 @@ impl Bufs {
         for i in (0..n_dataout).rev() {
             dataout_free.push(i, GFP_KERNEL)?;
         }
-        let track = Track::new(cmds, CTRL_TX + cmds + n_dataout)?;
+        let track = Track::new(CTRL_TX + cmds + n_dataout)?;
+        let mut slots = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
+        for _ in 0..cmds {
+            slots.push(Slot::new(), GFP_KERNEL)?;
+        }
+        let mut dataout_owner = KVec::with_capacity(n_dataout as usize, GFP_KERNEL)?;
+        for _ in 0..n_dataout {
+            dataout_owner.push(AtomicU32::new(0), GFP_KERNEL)?;
+        }
         let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
         for _ in 0..CTRL_TX {
             ctrl_tx.push(
@@ -135,6 +163,8 @@ impl Bufs {
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
             dataout_free: KBox::pin_init(new_spinlock_irq!(dataout_free), GFP_KERNEL)?,
+            dataout_owner,
+            slots,
             track: KBox::pin_init(new_spinlock_irq!(track), GFP_KERNEL)?,
         })
     }
@@ -161,7 +191,10 @@ impl Res {
             dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
             dataout: b.dataout,
             dataout_free: b.dataout_free,
+            dataout_owner: b.dataout_owner,
+            slots: b.slots,
             track: b.track,
+            tmf_held: AtomicBool::new(false),
             ff_recvs: SetOnce::default(),
             ff_posted: AtomicBool::new(false),
             remote_inv,

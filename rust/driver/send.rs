@@ -17,7 +17,7 @@ use crate::{
         login,
         pdu::{Bhs, HEADERS_LEN},
         plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
-        tmf,
+        slot, tmf,
     },
     rdma::conn::{Access, DmaBuf, Registration, SendOp, Sge},
     trace,
@@ -109,11 +109,7 @@ impl Res {
             // bookkeeping before this lock is dropped.
             let post = self.conn.send_tag_posts(tag).unwrap_or(0);
             let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
-            *slot = Some(SendRef {
-                task: r,
-                counted: false,
-                post,
-            });
+            *slot = Some(SendRef { task: r, post });
         }
         // What the responses to these end is decided when they arrive.
         if let Some(req) = tmf::tmf_request(bhs) {
@@ -270,10 +266,22 @@ impl Res {
         {
             return Err(EAGAIN);
         }
-        // The references, before anything is posted: once it is, a response
-        // on another CPU may complete the command.
-        let refs = self.hold_command(task, remote_key, with_imm, dataouts);
-        if let Err(e) = refs {
+        // The slot's word, before anything is posted: once it is, a response
+        // on another CPU may complete the command. The command holds one
+        // reference while anything beyond its response is pending.
+        let key = match (remote_key, uses_mr && (with_imm || dataouts > 0)) {
+            (false, _) => slot::Key::None,
+            (true, false) => slot::Key::Given,
+            (true, true) => slot::Key::GivenSendsUseMr,
+        };
+        let post = slot::Post {
+            itt: Bhs(bhs).itt(),
+            send: !inline,
+            data_outs: dataouts,
+            key,
+            hold: !inline || key != slot::Key::None || dataouts > 0,
+        };
+        if let Err(e) = self.hold_command(task, &post) {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
             return Err(e);
         }
@@ -306,7 +314,7 @@ impl Res {
         if let Err((e, n)) = posted {
             let reg_posted = reg_at.is_some_and(|r| n > r);
             return self
-                .not_posted(idx, e, dataouts, remote_key, reg_posted, with_imm)
+                .not_posted(idx, e, dataouts, remote_key && reg_posted)
                 .map(|broken| (unregistered, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
@@ -327,47 +335,48 @@ impl Res {
     }
 
     /// Undoes what `send_command` set up for a command the provider
-    /// refused (`e`): the Data-Out headers reserved and the references
-    /// held. Says why the connection must fail when the registration
-    /// (`reg_posted`) went out without its command.
+    /// refused (`e`): the Data-Out headers reserved, and the slot's word.
+    /// Says why the connection must fail when the registration of a key
+    /// for the target (`key_posted`) went out without its command.
     #[cold]
     fn not_posted(
         &self,
         idx: u32,
         e: Error,
         dataouts: u32,
-        remote_key: bool,
-        reg_posted: bool,
-        with_imm: bool,
+        key_posted: bool,
     ) -> Result<Option<Failure>> {
         self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
-        if remote_key && reg_posted {
-            // The registration went out and the command did not: the
-            // target never got the key, but keys are guessable, and it
-            // stays valid until invalidated. The command keeps the
-            // reference for it, and is reported sent: the connection
-            // fails (the caller says why), recovery gives the command
-            // back, and the reference goes with the MRs at teardown.
-            self.unhold_command(idx, false, with_imm);
+        // The target never got the key, but keys are guessable, and it
+        // stays valid until invalidated: the command keeps its word (and
+        // reference), and is reported sent: the connection fails (the
+        // caller says why), recovery gives the command back, and the
+        // teardown ends the word after the drain.
+        let done = self.slot_event(idx, |w| slot::not_posted(w, key_posted));
+        // libiscsi's own reference is still held: this is not the last.
+        drop(done.task);
+        if let Some(f) = done.failure {
+            return Ok(Some(f));
+        }
+        if key_posted {
             return Ok(Some(Failure::CommandPost));
         }
-        self.unhold_command(idx, remote_key, with_imm);
         Err(e)
     }
 
     /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
-    /// posted, with the `reserved` headers its sender set aside. Nothing can
-    /// be taken back now: a failure fails the connection (libiscsi recovers
-    /// the command) instead of returning an error that would requeue it.
-    /// Each Data-Out holds a reference on the task until its SEND completed,
-    /// so the data stays mapped while the device reads it.
+    /// posted, with the `reserved` headers its sender set aside (and its
+    /// slot's word counts). Nothing can be taken back now: a failure fails
+    /// the connection (libiscsi recovers the command) instead of returning
+    /// an error that would requeue it. The command's reference holds its
+    /// data mapped until the last Data-Out's SEND completed.
     pub(super) fn send_dataouts(
         &self,
         task: &XmitTask<'_, Iser>,
         r: &Registration<'_>,
         reserved: u32,
     ) -> Option<Failure> {
-        let idx = task.index() as usize;
+        let idx = task.index();
         let mut left = reserved;
         let failed = loop {
             let Some(d) = task.next_data_out() else {
@@ -381,29 +390,10 @@ impl Res {
                 task.data_out_failed();
                 break Some(Failure::NoDataOutHeader);
             };
-            let Some(tref) = task.get_ref() else {
-                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
-                task.data_out_failed();
-                break Some(Failure::TaskGone);
-            };
             left -= 1;
             let tag = self.dataout_tag(slot);
-            {
-                let mut t = self.track.lock();
-                // A free Data-Out header's tag: its last completion was
-                // handled before the header was given back.
-                let post = self.conn.next_send_post(tag);
-                if let Some(p) = t.puts.get_mut(tag as usize) {
-                    *p = Some(SendRef {
-                        task: tref,
-                        counted: true,
-                        post,
-                    });
-                }
-                if let Some(f) = t.inflight.get_mut(idx) {
-                    f.sends += 1;
-                    f.unsent = f.unsent.saturating_sub(1);
-                }
+            if let Some(o) = self.dataout_owner.get(slot as usize) {
+                o.store(idx, Ordering::Release);
             }
             let buf = &self.dataout[slot as usize];
             let sent = Self::headers(IserHeader::default(), &Bhs(d.bhs))
@@ -423,16 +413,6 @@ impl Res {
                     }])
                 });
             if sent.is_err() {
-                let back = {
-                    let mut t = self.track.lock();
-                    // Not sent after all: should the command have ended,
-                    // its LOCAL_INV goes below, once `unsent` is settled.
-                    if let Some(f) = t.inflight.get_mut(idx) {
-                        f.unsent += 1;
-                    }
-                    t.send_completed(tag, None).0
-                };
-                drop(back);
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
                 left += 1;
                 task.data_out_failed();
@@ -441,19 +421,15 @@ impl Res {
             trace::pdu_sent(self.trace_id, &d.bhs, 0);
             task.data_out_sent(&d);
         };
-        // Give back what was reserved and not used.
-        self.dataout_avail.fetch_add(left, Ordering::AcqRel);
-        let ended = {
-            let mut t = self.track.lock();
-            if let Some(f) = t.inflight.get_mut(idx) {
-                f.unsent = 0;
-            }
-            // CAST: slot indexes fit a u32.
-            t.end_sending(idx as u32)
-        };
-        match ended.map(|i| self.invalidate(i)) {
-            Some(Err(why)) => failed.or(Some(why)),
-            _ => failed,
+        if left == 0 {
+            return failed;
         }
+        // Give back what was reserved and not used: the headers, and the
+        // word's count (the command's LOCAL_INV may be due now).
+        self.dataout_avail.fetch_add(left, Ordering::AcqRel);
+        let done = self.slot_event(idx, |w| slot::data_outs_unsent(w, left));
+        // libiscsi's own reference is held while the task is sent.
+        drop(done.task);
+        failed.or(done.failure)
     }
 }

@@ -348,7 +348,6 @@ impl<'a, T: TransportOps> Task<'a, T> {
         Some(TaskRef {
             task: self.ptr,
             slot: NonNull::from(refs),
-            index: self.index(),
         })
     }
 }
@@ -470,7 +469,6 @@ impl<'a, T: TransportOps> core::ops::Deref for XmitTask<'a, T> {
 pub(crate) struct TaskRef {
     task: NonNull<bindings::iscsi_task>,
     slot: NonNull<SlotRefs>,
-    index: u32,
 }
 
 // SAFETY: The reference may be dropped on any thread and in any context:
@@ -478,13 +476,6 @@ pub(crate) struct TaskRef {
 // where that is allowed (see the type's documentation), deferring the last
 // put elsewhere.
 unsafe impl Send for TaskRef {}
-
-impl TaskRef {
-    /// The task's slot index (as [`Task::index`]).
-    pub(crate) fn index(&self) -> u32 {
-        self.index
-    }
-}
 
 impl Drop for TaskRef {
     fn drop(&mut self) {
@@ -523,6 +514,78 @@ impl Drop for TaskRef {
         }
         // The count is dropped last, after the put.
         slot.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A place for at most one [`TaskRef`], which any CPU may fill or empty
+/// without a lock: the reference a command holds while something of it
+/// (a SEND, a key given to the target) is still pending, put in by the
+/// sender and taken out by whichever completion ends the command. It
+/// behaves as a `SpinLock<Option<TaskRef>>` taken only to swap.
+///
+/// # Invariants
+///
+/// `slot` is null, or the [`SlotRefs`] of a task whose one counted
+/// reference this value owns (a [`TaskRef`] given to [`TaskHold::put`] and
+/// not taken out since): the slot and the task stay alive meanwhile.
+pub(crate) struct TaskHold {
+    slot: AtomicPtr<SlotRefs>,
+}
+
+// `Send` and `Sync` as its atomic pointer: right, as the value owns at
+// most one `TaskRef`, which is `Send`, and hands it out only by value,
+// through an atomic swap (a lock around an `Option<TaskRef>` would be
+// both as well).
+
+impl TaskHold {
+    /// An empty place.
+    pub(crate) const fn new() -> Self {
+        Self {
+            slot: AtomicPtr::new(null_mut()),
+        }
+    }
+
+    /// Keeps `r`; if a reference is kept already, gives `r` back.
+    pub(crate) fn put(&self, r: TaskRef) -> core::result::Result<(), TaskRef> {
+        let p = r.slot.as_ptr();
+        match self
+            .slot
+            .compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                // INVARIANT: the reference `r` owned is owned here now;
+                // its drop must not run.
+                core::mem::forget(r);
+                Ok(())
+            }
+            Err(_) => Err(r),
+        }
+    }
+
+    /// The reference kept, if any, taken out.
+    pub(crate) fn take(&self) -> Option<TaskRef> {
+        let slot = NonNull::new(self.slot.swap(null_mut(), Ordering::AcqRel))?;
+        // SAFETY: A non-null `slot` is that of a task whose counted
+        // reference this value owned (type invariant), so the slot is
+        // alive; the swap gave that reference to this call alone.
+        let task = unsafe { slot.as_ref().task };
+        // INVARIANT: the reference owned above, now owned by the result.
+        Some(TaskRef {
+            task: NonNull::new(task)?,
+            slot,
+        })
+    }
+}
+
+impl Default for TaskHold {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TaskHold {
+    fn drop(&mut self) {
+        drop(self.take());
     }
 }
 

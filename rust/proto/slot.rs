@@ -2,8 +2,7 @@
 
 //! The completion word of a task slot: what one command still owes before
 //! it may complete, in one `u64` that the fast path will keep in an atomic
-//! per slot (issue 32; not wired into the driver yet, which still keeps
-//! its `Track` under a lock).
+//! per slot (`driver/memory.rs`).
 //!
 //! A command may complete (libiscsi may free its task, unmap its data and
 //! hand it back to the midlayer) only when the target can no longer reach
@@ -205,6 +204,11 @@ impl Word {
     /// come, and no TMF ended the command).
     pub(crate) const fn response_due(self) -> bool {
         self.has(RSP)
+    }
+
+    /// Whether the command SEND's completion is awaited.
+    pub(crate) const fn send_due(self) -> bool {
+        self.has(SEND)
     }
 
     /// Whether riser holds a libiscsi task reference on the command.

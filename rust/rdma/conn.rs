@@ -339,13 +339,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             .map(|t| t.posts.load(Ordering::Acquire))
     }
 
-    /// The number [`SendDone::post`] will say for the next work request
-    /// posted on send tag `tag`: `send_tag_posts(tag) + 1`, wrapping (1 for
-    /// a tag that does not exist, on which nothing can be posted).
-    pub(crate) fn next_send_post(&self, tag: u32) -> u32 {
-        self.send_tag_posts(tag).unwrap_or(0).wrapping_add(1)
-    }
-
     /// Gives receive tag `tag` its buffer, which it keeps for the
     /// connection's life; once per tag (`EBUSY` after). The buffer must be
     /// mapped on the connection's device.
