@@ -49,7 +49,7 @@ check "refused writes left the values alone" bash -c "
 check "writing max_sectors=2048 and debug_level=2 at run time" bash -c "
 	echo 2048 > $P/max_sectors && echo 2 > $P/debug_level &&
 	[ \$(cat $P/max_sectors) = 2048 ] && [ \$(cat $P/debug_level) = 2 ]"
-check "rmmod riser" rmmod riser
+check "rmmod riser" bounded 120 rmmod riser
 check "transport gone after unload" test ! -e "$T"
 
 for bad in max_sectors=0 max_sectors=32769 max_lun=0 debug_level=-1 debug_level=5; do
@@ -60,20 +60,20 @@ for bad in max_sectors=0 max_sectors=32769 max_lun=0 debug_level=-1 debug_level=
 done
 
 check "insmod with in-range parameters" insmod "$KO" max_sectors=8 max_lun=1 debug_level=4 always_register=0
-check "and unload again" rmmod riser
+check "and unload again" bounded 120 rmmod riser
 
 # The C ib_iser holds the name: riser must refuse to load and say why.
 if modprobe ib_iser; then
 	dmesg_mark
 	expect_fail "insmod refused while ib_iser holds 'iser'" insmod "$KO"
 	check "refusal names ib_iser" dmesg_has 'name is taken, most.*ib_iser'
-	check "ib_iser unloads" rmmod ib_iser
+	check "ib_iser unloads" bounded 120 rmmod ib_iser
 else
 	echo "not ok - modprobe ib_iser (needed for the name-clash check)" >>"$TAP"
 fi
 
 check "riser loads after ib_iser is gone" insmod "$KO"
-check "rmmod riser again" rmmod riser
+check "rmmod riser again" bounded 120 rmmod riser
 
 # riser loaded with always_register=0 (ib_iser's option): single-segment
 # buffers the target reaches (reads, here those of fio's verification) go
@@ -231,5 +231,5 @@ check "logout (max_sectors=32768)" iscsi_logout $U $IP
 check "final rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rxe0 removed" rdma link delete rxe0
+check "rxe0 removed" bounded 60 rdma link delete rxe0
 save_dmesg

@@ -49,7 +49,7 @@ outage() {
 }
 tpg_off() { echo 0 >"$TPG/enable"; }
 tpg_on() { echo 1 >"$TPG/enable"; }
-rxe_off() { timeout 60 rdma link delete rxe0; }
+rxe_off() { bounded 60 rdma link delete rxe0; }
 # A new rxe device, and LIO's iSER listener on it (isert drops its listener
 # when the device it was bound to goes away).
 rxe_on() {

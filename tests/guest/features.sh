@@ -247,5 +247,5 @@ check "no session left" test -z "$(ls /sys/class/iscsi_session/)"
 check "rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rxe0 removed" rdma link delete rxe0
+check "rxe0 removed" bounded 60 rdma link delete rxe0
 save_dmesg

@@ -832,7 +832,7 @@ fi
 # kmemleak cleared after, as after the first insmod. iscsid is restarted
 # around it, so that it finds the new transport. 5 checks.
 _rmmod_riser() {
-	_wait_for 60 eval '[ "$(cat /sys/module/riser/refcnt)" = 0 ]' && rmmod riser
+	_wait_for 60 eval '[ "$(cat /sys/module/riser/refcnt)" = 0 ]' && bounded 120 rmmod riser
 }
 _insmod_riser() { insmod "$KO" "$@" && kmemleak_clear; }
 riser_reload() {

@@ -63,6 +63,6 @@ check "configfs clean" bash -c "[ ! -e /sys/kernel/config/target/iscsi ] && [ -z
 check "logout B (session dead)" bash -c "iscsiadm -m node -T $B -p $IP:3260 -u; true"
 check "iscsid stop" iscsi_stop
 check "no B session left" bash -c "! ls /sys/class/iscsi_session/ | grep -q session"
-check "rmmod ib_iser" rmmod ib_iser
-check "rxe0 removed" rdma link delete rxe0
+check "rmmod ib_iser" bounded 120 rmmod ib_iser
+check "rxe0 removed" bounded 60 rdma link delete rxe0
 save_dmesg

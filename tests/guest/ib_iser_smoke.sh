@@ -50,6 +50,6 @@ check "logout" iscsi_logout "$IQN" "$IP"
 check "no session left" no_session_left
 check "iscsid stopped" iscsi_stop
 check "LIO torn down and its modules unloaded" lio_teardown
-check "rmmod ib_iser" rmmod ib_iser
+check "rmmod ib_iser" bounded 120 rmmod ib_iser
 check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"
 save_dmesg

@@ -103,7 +103,7 @@ check "nothing of riser left in updates/ or modprobe.d" nothing_installed
 check "modprobe ib_iser would load ib_iser itself" modprobe_would "insmod .*/ib_iser\.ko"
 check "discovery with -I iser: open-iscsi's module request now loads ib_iser" \
 	discovery_loads_ib_iser
-check "rmmod ib_iser" rmmod ib_iser
+check "rmmod ib_iser" bounded 120 rmmod ib_iser
 check "DKMS: installs the riser it built on the host into $KV's modules" dkms_install
 check "DKMS: dkms status says installed; modinfo finds updates/dkms/riser.ko" dkms_installed
 check "DKMS: discovery with -I iser, no insmod: open-iscsi's request loads riser" discovery_loads_riser
@@ -115,5 +115,5 @@ check "DKMS: rmmod riser" unload_riser
 check "DKMS: dkms remove leaves no riser module" dkms_removed
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rxe0 removed" rdma link delete rxe0
+check "rxe0 removed" bounded 60 rdma link delete rxe0
 save_dmesg

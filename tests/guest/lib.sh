@@ -127,17 +127,22 @@ check() {
 # bounded SECS CMD...: CMD, stopped after SECS seconds with status 124 like
 # timeout(1); before stopping it, the kernel stacks of CMD and its children
 # go to stderr, so that a hang in the kernel (a transport call that never
-# returns) shows where it waits.
+# returns) shows where it waits. A CMD that cannot be stopped (asleep in
+# the kernel, uninterruptibly: an rmmod whose module exit never returns)
+# is left behind: the watchdog wakes this shell's wait with SIGUSR1, so
+# the script still goes on to its verdict and saves the kernel log (with
+# the hung-task report that names the wait). (In a $(bounded ...), the
+# substitution still waits for such a CMD's output to close.)
 bounded() {
-	local secs=$1 pid wd rc
+	local secs=$1 pid wd rc t0=$SECONDS me=$BASHPID
 	shift
 	"$@" &
 	pid=$!
 	# The watchdog writes to stderr only: a $(bounded ...) must not wait
-	# for it to close stdout. It waits with nap (no child process to stop)
-	# and exits with 99 once it stopped CMD: each fork and exec here (a
-	# mktemp, a sleep, a pkill, an rm) cost about 0.2 s, and the pkill
-	# alone 7 % of check.sh's CPU (perf in the guest, 2026-11-25).
+	# for it to close stdout. It waits with nap (no child process to
+	# stop): each fork and exec here (a mktemp, a sleep, a pkill, an rm)
+	# cost about 0.2 s, and the pkill alone 7 % of check.sh's CPU (perf in
+	# the guest, 2026-11-25).
 	{
 		nap "$secs"
 		kill -0 "$pid" 2>/dev/null || exit 0
@@ -148,14 +153,27 @@ bounded() {
 			cat "/proc/$p/stack" 2>/dev/null
 		done
 		kill "$pid"
-		exit 99
+		# Killed, it is gone at once; if not within 5 s, it is asleep in
+		# the kernel: wake the wait below, every second (bash's wait
+		# misses a signal now and then) until this watchdog is stopped.
+		nap 5
+		kill -0 "$pid" 2>/dev/null || exit 0
+		echo "still running 5 s after SIGTERM (asleep in the kernel): left behind"
+		while kill -USR1 "$me" 2>/dev/null; do nap 1; done
 	} >&2 &
 	wd=$!
+	trap : USR1
 	wait "$pid"
 	rc=$?
+	# The watchdog is stopped before the trap goes: a SIGUSR1 without it
+	# would end this shell.
 	kill "$wd" 2>/dev/null
 	wait "$wd" 2>/dev/null
-	[ $? -ne 99 ] || rc=124
+	trap - USR1
+	# Stopped (or left behind) by the watchdog: as timeout(1) says.
+	if [ "$rc" -gt 128 ] && [ $((SECONDS - t0)) -ge "$secs" ]; then
+		rc=124
+	fi
 	return $rc
 }
 
@@ -340,7 +358,7 @@ unload_riser() {
 	if [ "$i" -gt 0 ] && [ "$i" -lt "$n" ]; then
 		echo "riser's reference count fell to 0 after $((i / 5)).$((i % 5 * 2)) s"
 	fi
-	if rmmod riser; then
+	if bounded 120 rmmod riser; then
 		# tests/run-guest: a known LIO report after this line found riser
 		# gone, so the lock debugging it turned off watched nothing of riser.
 		echo "riser-harness: riser unloaded" >/dev/kmsg

@@ -86,7 +86,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rxe0 removed" rdma link delete rxe0
+check "rxe0 removed" bounded 60 rdma link delete rxe0
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "none" }'; }
 {
 	echo "| initiator | carrier lost to connection error, median of $ROUNDS (s) | rounds (s) |"

@@ -294,7 +294,7 @@ done
 check "udevd stopped" udev_stop
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
-check "rxe0 and rxe1 removed" eval 'rdma link delete rxe0 && rdma link delete rxe1'
+check "rxe0 and rxe1 removed" eval 'bounded 60 rdma link delete rxe0 && bounded 60 rdma link delete rxe1'
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "none" }'; }
 {
 	echo "| initiator | probe's longest stall, median of $ROUNDS (s) | rounds (s) | path death to \`Failing path\`, median (s) | rounds (s) | path death to \`detected conn error\`, median (s) | rounds (s) |"

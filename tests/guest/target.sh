@@ -782,7 +782,7 @@ setup_rdma() {
 
 # rdma_delete KIND: remove the device setup_rdma KIND made.
 rdma_delete() {
-	if [ "${1:?KIND}" = siw ]; then rdma link delete siw0; else rdma link delete rxe0; fi
+	if [ "${1:?KIND}" = siw ]; then bounded 60 rdma link delete siw0; else bounded 60 rdma link delete rxe0; fi
 }
 
 # setup_siw [IP]: a soft-iWARP device siw0 on dummy1 (dummy0 is setup_rxe's).
