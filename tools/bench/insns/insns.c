@@ -583,6 +583,22 @@ static struct block *block_of(uint64_t vaddr, uint64_t len, uint64_t locks)
 	return b;
 }
 
+/* Whether the block holds the instruction at FN, at most 16 bytes from its start. */
+static bool at_entry(struct qemu_plugin_tb *tb, uint64_t fn)
+{
+	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
+	size_t i, n = qemu_plugin_tb_n_insns(tb);
+
+	if (vaddr == fn)
+		return true;
+	if (vaddr > fn || vaddr + 16 < fn)
+		return false;
+	for (i = 0; i < n; i++)
+		if (qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i)) == fn)
+			return true;
+	return false;
+}
+
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
@@ -627,14 +643,21 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, enter_stop, QEMU_PLUGIN_CB_R_REGS,
 							  QEMU_PLUGIN_COND_EQ, mode_e, 1,
 							  (void *)(uintptr_t)vaddr);
-	if (switch_addr && vaddr == switch_addr)
+	/*
+	 * A hooked function's block starts at its address, or in the 16 bytes
+	 * of padding before it when call depth tracking has its callers call
+	 * the accounting thunk there (distribution kernels), which falls
+	 * through into the function and leaves the arguments alone: the
+	 * block holds the function's first instruction then.
+	 */
+	if (switch_addr && at_entry(tb, switch_addr))
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, at_switch, QEMU_PLUGIN_CB_R_REGS, NULL);
 	for (i = 0; i < (size_t)nposts_send; i++)
-		if (vaddr == post_send_addr[i])
+		if (at_entry(tb, post_send_addr[i]))
 			qemu_plugin_register_vcpu_tb_exec_cb(tb, at_post, QEMU_PLUGIN_CB_R_REGS,
 							     (void *)0);
 	for (i = 0; i < (size_t)nposts_recv; i++)
-		if (vaddr == post_recv_addr[i])
+		if (at_entry(tb, post_recv_addr[i]))
 			qemu_plugin_register_vcpu_tb_exec_cb(tb, at_post, QEMU_PLUGIN_CB_R_REGS,
 							     (void *)1);
 	for (i = 0; i < n; i++)
