@@ -287,14 +287,19 @@ ksym_ranges() {
 		[ -n "${KSYM_RANGE[scsi_queue_rq]:-}" ]
 }
 POSTS=
+# shellcheck disable=SC2034 # read through ${!roots} in plugin_config
 ROOTS_riser="riser libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
 ROOTS_riser_b=$ROOTS_riser
+# shellcheck disable=SC2034
 ROOTS_ib_iser="ib_iser libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
 ROOTS_iscsi_tcp="iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
 ROOTS_nvme_rdma="nvme_rdma nvme_fabrics nvme_core"
 STOPS="rdma_rxe siw ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file nvmet nvmet_rdma null_blk"
 plugin_config() {
-	local base=$1 init=$2 roots m a size fn
+	local base=$1 init=$2 roots m a size
 	[ -n "${RISER_BENCH_MARK:-}" ] || return 0
 	[ -n "${KSYM_RANGE[__switch_to_asm]:-}" ] || ksym_ranges || return 1
 	roots=ROOTS_$init
