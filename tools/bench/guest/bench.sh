@@ -573,6 +573,8 @@ dmesg_live
 	[ -z "$KO_B" ] || echo "riser_b: $KO_B (md5 $(md5sum <"$KO_B" | cut -c1-12); riser's $(md5sum <"$KO" | cut -c1-12))"
 } >"$RAW/meta.txt" 2>&1
 check "riser's dependencies load" load_deps
+# A distribution's kernel has the SCSI disk driver as a module.
+[ -d /sys/module/sd_mod ] || modprobe -q sd_mod 2>/dev/null
 # perf: kernel symbols, and sampling of the whole guest.
 echo 0 >/proc/sys/kernel/kptr_restrict
 echo -1 >/proc/sys/kernel/perf_event_paranoid
