@@ -276,7 +276,9 @@ ksym_ranges() {
 		while read -r n lo hi; do KSYM_RANGE[$n]="$lo $hi"; done < <(sort /proc/kallsyms | awk '$2 ~ /^[tTwW]$/ {
 			if (prev != "") { print prev, $1; prev = "" }
 			if ($3 == "scsi_queue_rq" || $3 == "handle_softirqs" || $3 == "__switch_to_asm") prev = $3 " " $1
-			rust = NF == 3 && ($3 ~ /^_R/ || $3 ~ /^rust_helper_/)
+			# (__pfx_ symbols: the padding before each function, with call padding)
+			name = $3; sub(/^__pfx_/, "", name)
+			rust = NF == 3 && (name ~ /^_R/ || name ~ /^rust_helper_/)
 			if (rust && !inrun) { inrun = 1; start = $1; c = 0 }
 			if (rust) c++
 			if (!rust && inrun) { inrun = 0; if (c > best) { best = c; lo = start; hi = $1 } }
