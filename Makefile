@@ -4,7 +4,7 @@
 #
 #   make            build riser.ko against KDIR (default: the kernel scripts/setup built)
 #   make lint       rustfmt --check, clippy with the kernel's lints, W=1 build with -Werror
-#   make bench      riser, ib_iser and iscsi_tcp on the fast kernel, one guest per
+#   make bench      riser, ib_iser, nvme-rdma and iscsi_tcp on the fast kernel, one guest per
 #                   RDMA device under QEMU's -icount, each module's instructions
 #                   per I/O counted (Documentation/performance.md); FAST_KDIR
 #   make insns      the bench's instruction-counting QEMU plugin and its mark

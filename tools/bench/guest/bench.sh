@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # `make bench` in the guest: riser, riser_b, ib_iser and iscsi_tcp in turn
-# against the same LIO target over one RDMA device (RISER_BENCH_DEVICES;
+# against the same LIO target, and nvme-rdma against nvmet-rdma serving the
+# LIO target's null_blk disk, over one RDMA device (RISER_BENCH_DEVICES;
 # make bench runs one guest per device, side by side), interleaved (the
 # order rotates every round), RISER_BENCH_ROUNDS rounds (default 3). Each
 # initiator logs in to the targets of RISER_BENCH_BACKENDS (default a
@@ -37,7 +38,8 @@
 set -u
 . "$RISER_TOP/tests/guest/lib.sh"
 . "$RISER_TOP/tests/guest/target.sh"
-KO=$RISER_TOP/riser.ko
+# tools/bench/run names the build (riser.ko, or out/distro-build's).
+KO=${RISER_BENCH_KO:-$RISER_TOP/riser.ko}
 RAW=$RISER_OUT/raw
 PROGRESS=$RISER_OUT/progress
 ROUNDS=${RISER_BENCH_ROUNDS:-3}
@@ -113,6 +115,7 @@ use_ib_iser() {
 	[ -d /sys/module/ib_iser ] || modprobe ib_iser
 }
 use_iscsi_tcp() { modprobe iscsi_tcp; }
+use_nvme_rdma() { modprobe nvme-rdma; }
 # unload_iser_initiators: rmmod riser and ib_iser, waiting up to 30 s for
 # each (a module is busy until its last connection is torn down).
 _rmmod_if_loaded() { [ ! -d "/sys/module/$1" ] || rmmod "$1" 2>/dev/null; }
@@ -139,12 +142,18 @@ session_driver() {
 measure() {
 	local rdma=$1 ip=$2 init=$3 round=$4 t iqn backend dev name rc=0
 	shift 4
+	if [ "$init" = nvme_rdma ]; then
+		measure_nvme "$rdma" "$ip" "$round"
+		return
+	fi
 	check "$rdma round $round: $init is the initiator" "use_$init"
 	# Every target at once: a login's SCSI scan takes seconds under TCG.
 	check "$rdma round $round: $init logs in to the targets" \
 		iscsi_login_portal "$ip" "$(iface_of "$init")" "${@%@*}"
 	check "$rdma round $round: where the modules' code is, for counting" \
 		module_map "$RAW/$rdma.$init.$round" "$init"
+	check "$rdma round $round: the counting plugin told $init's stack and what it stops at" \
+		plugin_config "$RAW/$rdma.$init.$round" "$init"
 	for t in "$@"; do
 		iqn=${t%@*} backend=${t##*@}
 		dev=$(iscsi_dev "$iqn" 0 60 2>>"$RISER_OUT/guest.log") || dev=
@@ -162,9 +171,162 @@ measure() {
 	check "$rdma round $round: every fio run of $init succeeded" test $rc = 0
 }
 
+# NVMe over Fabrics over RDMA: nvmet-rdma serves the null_blk disk of the
+# LIO target (NVME_DISK, opened by LIO's iblock too: one initiator at a
+# time does I/O) as namespace 1 of NVME_NQN, on port 4420 of the RDMA
+# device's address; nvme-rdma connects through /dev/nvme-fabrics (no
+# nvme-cli: the kernel's own interface), with its defaults (one I/O queue
+# per CPU, 128 entries, the kernel's default host NQN).
+NVMET=/sys/kernel/config/nvmet
+NVME_PORT=4420
+nvmet_target() {
+	local nqn=${1:?NQN} ip=${2:?IP} disk=${3:?DISK} s p
+	modprobe nvmet && modprobe nvmet-rdma || return 1
+	s=$NVMET/subsystems/$nqn p=$NVMET/ports/1
+	mkdir "$s" && echo 1 >"$s/attr_allow_any_host" &&
+		mkdir "$s/namespaces/1" && echo -n "$disk" >"$s/namespaces/1/device_path" &&
+		echo 1 >"$s/namespaces/1/enable" || return 1
+	mkdir "$p" && echo rdma >"$p/addr_trtype" && echo ipv4 >"$p/addr_adrfam" &&
+		echo "$ip" >"$p/addr_traddr" && echo "$NVME_PORT" >"$p/addr_trsvcid" &&
+		ln -s "$s" "$p/subsystems/$nqn"
+}
+nvmet_teardown() {
+	local s p=$NVMET/ports/1 rc=0
+	[ -d "$NVMET" ] || return 0
+	for s in "$p"/subsystems/*; do [ -L "$s" ] && { rm -f "$s" || rc=1; }; done
+	[ ! -d "$p" ] || rmdir "$p" || rc=1
+	for s in "$NVMET"/subsystems/*/; do
+		[ -d "$s" ] || continue
+		if [ -d "$s/namespaces/1" ]; then
+			echo 0 >"$s/namespaces/1/enable"
+			rmdir "$s/namespaces/1" || rc=1
+		fi
+		rmdir "$s" || rc=1
+	done
+	modprobe -r nvmet-rdma nvmet || rc=1
+	return $rc
+}
+# nvme_ctrl NQN: the nvme-rdma controller connected to NQN (nvme0, ...).
+nvme_ctrl() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ -r "$c/subsysnqn" ] && [ "$(<"$c/subsysnqn")" = "$1" ] &&
+			[ "$(<"$c/transport")" = rdma ] && { echo "${c##*/}"; return 0; }
+	done
+	return 1
+}
+nvme_connect() {
+	echo "transport=rdma,traddr=${2:?IP},trsvcid=$NVME_PORT,nqn=${1:?NQN}" >/dev/nvme-fabrics
+}
+nvme_disconnect() {
+	local c
+	c=$(nvme_ctrl "${1:?NQN}") || return 0
+	echo 1 >"/sys/class/nvme/$c/delete_controller"
+}
+# nvme_dev NQN: the namespace's block device, once it is there.
+nvme_dev() {
+	local c n
+	c=$(nvme_ctrl "$1") || return 1
+	for n in /sys/class/nvme/"$c"/"$c"n1 /sys/class/nvme/"$c"/nvme*n1; do
+		[ -d "$n" ] && [ -b "/dev/${n##*/}" ] && { echo "/dev/${n##*/}"; return 0; }
+	done
+	return 1
+}
+# measure_nvme RDMA IP ROUND: nvme-rdma connects to NVME_NQN, runs the
+# workloads on its namespace, disconnects.
+measure_nvme() {
+	local rdma=$1 ip=$2 round=$3 dev name rc=0
+	check "$rdma round $round: nvme_rdma is the initiator" use_nvme_rdma
+	check "$rdma round $round: nvme_rdma connects to $NVME_NQN" nvme_connect "$NVME_NQN" "$ip"
+	check "$rdma round $round: where the modules' code is, for counting" \
+		module_map "$RAW/$rdma.nvme_rdma.$round" nvme_rdma
+	check "$rdma round $round: the counting plugin told nvme_rdma's stack and what it stops at" \
+		plugin_config "$RAW/$rdma.nvme_rdma.$round" nvme_rdma
+	_wait_for 60 nvme_dev "$NVME_NQN" >/dev/null 2>&1
+	dev=$(nvme_dev "$NVME_NQN") || dev=
+	check "$rdma round $round: nvme_rdma drives $NVME_NQN's namespace ($dev)" test -n "$dev"
+	name=$rdma.null_blk.nvme_rdma.$round
+	fio_disk "$dev" "$name" || { rc=1; progress "  fio failed on $name: $(head -c 300 "$RAW/$name.err")"; }
+	check "$rdma round $round: nvme_rdma disconnects" nvme_disconnect "$NVME_NQN"
+	check "$rdma round $round: every fio run of nvme_rdma succeeded" test $rc = 0
+}
+
+# What the counting plugin needs for the run that follows
+# (tools/bench/insns/insns.c): the initiator's stack, the roots of its
+# inclusive count (its own modules and those it is entered through:
+# libiscsi and scsi_transport_iscsi, the SCSI midlayer's scsi_queue_rq,
+# or nvme_core and nvme_fabrics), what that count stops at (the RDMA
+# device, the targets, the target's disk, the softirq loop, whose work
+# counts only where it enters a root), the device's post entries and the
+# context switch. vmlinux's functions come from the host's System.map
+# (tools/bench/run: the file RISER_BENCH_KSYMS, "NAME LO HI" lines; the
+# guest's kernel is that tree's, without KASLR), the device's from
+# /proc/kallsyms, read once per device.
+declare -A KSYM_RANGE
+ksym_ranges() {
+	local n lo hi
+	if [ -r "${RISER_BENCH_KSYMS:-}" ]; then
+		while read -r n lo hi; do KSYM_RANGE[$n]="$lo $hi"; done <"$RISER_BENCH_KSYMS"
+	else
+		# Without the host's System.map (tools/bench/run --distro): from
+		# /proc/kallsyms (scsi_queue_rq may be in the module scsi_mod
+		# there), with the kernel's Rust code (the longest run of its
+		# symbols), which the plugin is told to count and the report
+		# reads in raw/rust-range.
+		while read -r n lo hi; do KSYM_RANGE[$n]="$lo $hi"; done < <(sort /proc/kallsyms | awk '$2 ~ /^[tTwW]$/ {
+			if (prev != "") { print prev, $1; prev = "" }
+			if ($3 == "scsi_queue_rq" || $3 == "handle_softirqs" || $3 == "__switch_to_asm") prev = $3 " " $1
+			# (__pfx_ symbols: the padding before each function, with call padding)
+			name = $3; sub(/^__pfx_/, "", name)
+			rust = NF == 3 && (name ~ /^_R/ || name ~ /^rust_helper_/)
+			if (rust && !inrun) { inrun = 1; start = $1; c = 0 }
+			if (rust) c++
+			if (!rust && inrun) { inrun = 0; if (c > best) { best = c; lo = start; hi = $1 } }
+		} END { if (best) print "rust", lo, hi }')
+		[ -z "${KSYM_RANGE[rust]:-}" ] || echo "${KSYM_RANGE[rust]/ /:}" >"$RAW/rust-range"
+	fi
+	[ -n "${KSYM_RANGE[__switch_to_asm]:-}" ] && [ -n "${KSYM_RANGE[handle_softirqs]:-}" ] &&
+		[ -n "${KSYM_RANGE[scsi_queue_rq]:-}" ]
+}
+POSTS=
+# shellcheck disable=SC2034 # read through ${!roots} in plugin_config
+ROOTS_riser="riser libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
+ROOTS_riser_b=$ROOTS_riser
+# shellcheck disable=SC2034
+ROOTS_ib_iser="ib_iser libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
+ROOTS_iscsi_tcp="iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi"
+# shellcheck disable=SC2034
+ROOTS_nvme_rdma="nvme_rdma nvme_fabrics nvme_core"
+STOPS="rdma_rxe siw ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file nvmet nvmet_rdma null_blk"
+plugin_config() {
+	local base=$1 init=$2 roots m a size
+	[ -n "${RISER_BENCH_MARK:-}" ] || return 0
+	[ -n "${KSYM_RANGE[__switch_to_asm]:-}" ] || ksym_ranges || return 1
+	roots=ROOTS_$init
+	{
+		while read -r m a size; do
+			case " ${!roots} " in *" $m "*) printf 'root %x %x\n' "$a" "$((a + size))" ;; esac
+			case " $STOPS " in *" $m "*) printf 'stop %x %x\n' "$a" "$((a + size))" ;; esac
+		done <"$base.modules"
+		case $init in nvme_rdma) ;; *) echo "root ${KSYM_RANGE[scsi_queue_rq]}" ;; esac
+		echo "stop ${KSYM_RANGE[handle_softirqs]}"
+		echo "switch ${KSYM_RANGE[__switch_to_asm]%% *}"
+		[ -z "${KSYM_RANGE[rust]:-}" ] || echo "count ${KSYM_RANGE[rust]}"
+		if [ -z "$POSTS" ]; then
+			POSTS=$(grep -E ' (rxe_post_send|siw_post_send|rxe_post_recv|siw_post_receive)\b' /proc/kallsyms |
+				awk '$3 ~ /_send$/ { print "post_send", $1 } $3 ~ /_rec(v|eive)$/ { print "post_recv", $1 }')
+		fi
+		echo "$POSTS"
+	} >"$base.plugin"
+	grep -q '^root ' "$base.plugin" && grep -q '^post_send ' "$base.plugin" &&
+		"$RISER_BENCH_MARK" "$base.plugin"
+}
+
 # The modules whose instructions the report counts: the initiators' own,
 # the RDMA drivers, and the layers around them.
-MAP_MODULES="riser ib_iser iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi rdma_rxe siw ib_core rdma_cm iw_cm ib_cm ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file null_blk"
+MAP_MODULES="riser ib_iser iscsi_tcp libiscsi_tcp libiscsi scsi_transport_iscsi nvme_rdma nvme_fabrics nvme_core rdma_rxe siw ib_core rdma_cm iw_cm ib_cm ib_isert iscsi_target_mod target_core_mod target_core_iblock target_core_file nvmet nvmet_rdma null_blk"
 declare -A TEXT_SIZE
 # text_size MODULE: TEXT_SIZE[MODULE's .ko], the size of its .text in hex
 # (the .ko is riser's own build for riser, the kernel's module otherwise),
@@ -176,8 +338,14 @@ text_size() {
 	*) ko=$(modinfo -n "$1") || return 1 ;;
 	esac
 	KO_OF=$ko
+	# A distribution's modules are compressed (.ko.xz, .ko.zst).
+	local elf=$ko
+	case $ko in
+	*.xz) elf=/tmp/bench-ko.elf; xz -dc "$ko" >"$elf" || return 1 ;;
+	*.zst) elf=/tmp/bench-ko.elf; zstd -qdc "$ko" >"$elf" || return 1 ;;
+	esac
 	[ -n "${TEXT_SIZE[$ko]:-}" ] ||
-		TEXT_SIZE[$ko]=$(readelf -SW "$ko" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }')
+		TEXT_SIZE[$ko]=$(readelf -SW "$elf" | awk '$0 ~ / \.text / { for (i = 1; i <= NF; i++) if ($i == "PROGBITS") print "0x" $(i + 3) }')
 	[ -n "${TEXT_SIZE[$ko]}" ]
 }
 # module_map BASE INIT: BASE.modules, a line "MODULE TEXT-ADDRESS
@@ -193,7 +361,8 @@ module_map() {
 		echo "$m $a ${TEXT_SIZE[$KO_OF]}"
 	done >"$base.modules"
 	case $init in
-	riser | riser_b | ib_iser) grep "\[${init%_b}\]\$" /proc/kallsyms >"$base.kallsyms" && test -s "$base.kallsyms" ;;
+	riser | riser_b | ib_iser | nvme_rdma)
+		grep "\[${init%_b}\]\$" /proc/kallsyms >"$base.kallsyms" && test -s "$base.kallsyms" ;;
 	esac
 }
 
@@ -330,10 +499,10 @@ bench_device() {
 	if [ "$kind" = siw ]; then
 		ip=192.168.78.1 dev=siw0
 		# iscsi_tcp does not use the RDMA device: measured over rxe only.
-		inits=(riser ${KO_B:+riser_b} ib_iser)
+		inits=(riser ${KO_B:+riser_b} ib_iser nvme_rdma)
 	else
 		ip=192.168.77.1 dev=rxe0
-		inits=(riser ${KO_B:+riser_b} ib_iser iscsi_tcp)
+		inits=(riser ${KO_B:+riser_b} ib_iser nvme_rdma iscsi_tcp)
 	fi
 	# RISER_BENCH_INITIATORS: only those (a change measured A/B needs
 	# riser and riser_b alone).
@@ -343,6 +512,13 @@ bench_device() {
 		done
 		inits=("${inits[@]}")
 	fi
+	# nvme-rdma is served the null_blk disk: without it, no nvme-rdma.
+	case " $BACKENDS " in *" null_blk "*) ;; *)
+		for i in "${!inits[@]}"; do [ "${inits[$i]}" != nvme_rdma ] || unset "inits[$i]"; done
+		inits=("${inits[@]}") ;;
+	esac
+	# The device's post entries, for the counting plugin: found once per device.
+	POSTS=
 	# bench-mark reads the device's counters.
 	export RISER_BENCH_RDMA=$dev
 	iqn_rd=iqn.2026-11.org.riser:bench-$kind-rd
@@ -357,6 +533,11 @@ bench_device() {
 	case " $BACKENDS " in *" null_blk "*)
 		check "$kind: LIO null_blk (iblock) target" lio_nullblk_target "$iqn_nb" "$ip" 64 "$kind"
 		targets+=("$iqn_nb@null_blk") ;;
+	esac
+	NVME_NQN=nqn.2026-11.org.riser:bench-$kind-nullb
+	case " ${inits[*]} " in *" nvme_rdma "*)
+		check "$kind: nvmet-rdma target on the null_blk disk" \
+			nvmet_target "$NVME_NQN" "$ip" "/dev/$(_lio_bs_name "$iqn_nb")" ;;
 	esac
 	# riser and ib_iser share the iface "iser": one discovery per iface.
 	for i in $(for i in "${inits[@]}"; do iface_of "$i"; done | sort -u); do
@@ -379,6 +560,7 @@ bench_device() {
 	check "$kind: the iSER initiators unloaded before the ceiling" unload_iser_initiators
 	ceiling "$kind" "$dev" "$ip"
 	progress "$kind: teardown"
+	check "$kind: nvmet torn down" nvmet_teardown
 	check "$kind: LIO torn down" lio_teardown
 	check "$kind: RDMA device removed" rdma_delete "$kind"
 }
@@ -393,6 +575,8 @@ dmesg_live
 	[ -z "$KO_B" ] || echo "riser_b: $KO_B (md5 $(md5sum <"$KO_B" | cut -c1-12); riser's $(md5sum <"$KO" | cut -c1-12))"
 } >"$RAW/meta.txt" 2>&1
 check "riser's dependencies load" load_deps
+# A distribution's kernel has the SCSI disk driver as a module.
+[ -d /sys/module/sd_mod ] || modprobe -q sd_mod 2>/dev/null
 # perf: kernel symbols, and sampling of the whole guest.
 echo 0 >/proc/sys/kernel/kptr_restrict
 echo -1 >/proc/sys/kernel/perf_event_paranoid
@@ -402,6 +586,7 @@ for kind in $DEVICES; do
 done
 if [ -d /sys/module/riser ]; then check "rmmod riser" rmmod riser; fi
 if [ -d /sys/module/ib_iser ]; then check "rmmod ib_iser" rmmod ib_iser; fi
+if [ -d /sys/module/nvme_rdma ]; then check "rmmod nvme_rdma" modprobe -r nvme-rdma; fi
 check "iscsid stopped" iscsi_stop
 progress "done"
 save_dmesg

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The part of QEMU's TCG plugin interface (include/qemu/qemu-plugin.h,
- * API version 2 and later) that insns.c uses, declared from its
- * documentation. QEMU checks qemu_plugin_version against the range it
+ * API version 2 and later; registers and guest memory from QEMU 9.2 on)
+ * that insns.c uses, declared from its documentation. QEMU checks qemu_plugin_version against the range it
  * supports when it loads the plugin.
  */
 #ifndef RISER_QEMU_PLUGIN_H
@@ -74,6 +74,61 @@ uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
 struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
 size_t qemu_plugin_insn_data(const struct qemu_plugin_insn *insn, void *dest, size_t len);
 size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 void qemu_plugin_outs(const char *string);
+
+/* Conditional callbacks (API 2): cb runs when ENTRY COND IMM holds. */
+enum qemu_plugin_cond {
+	QEMU_PLUGIN_COND_NEVER,
+	QEMU_PLUGIN_COND_ALWAYS,
+	QEMU_PLUGIN_COND_EQ,
+	QEMU_PLUGIN_COND_NE,
+	QEMU_PLUGIN_COND_LT,
+	QEMU_PLUGIN_COND_LE,
+	QEMU_PLUGIN_COND_GT,
+	QEMU_PLUGIN_COND_GE,
+};
+void qemu_plugin_register_vcpu_tb_exec_cond_cb(struct qemu_plugin_tb *tb,
+					       qemu_plugin_vcpu_udata_cb_t cb,
+					       enum qemu_plugin_cb_flags flags,
+					       enum qemu_plugin_cond cond, qemu_plugin_u64 entry,
+					       uint64_t imm, void *userdata);
+void qemu_plugin_register_vcpu_insn_exec_cond_cb(struct qemu_plugin_insn *insn,
+						 qemu_plugin_vcpu_udata_cb_t cb,
+						 enum qemu_plugin_cb_flags flags,
+						 enum qemu_plugin_cond cond, qemu_plugin_u64 entry,
+						 uint64_t imm, void *userdata);
+uint64_t qemu_plugin_u64_get(qemu_plugin_u64 entry, unsigned int vcpu_index);
+
+/*
+ * Registers and guest memory, read from a callback registered with
+ * QEMU_PLUGIN_CB_R_REGS (registers) or any vCPU callback (memory). The
+ * buffers are GLib's GArray and GByteArray, whose functions QEMU's own
+ * process provides: declared here, resolved when QEMU loads the plugin.
+ */
+typedef struct {
+	char *data;
+	unsigned int len;
+} riser_garray;
+typedef struct {
+	uint8_t *data;
+	unsigned int len;
+} riser_gbytearray;
+struct qemu_plugin_register;
+typedef struct {
+	struct qemu_plugin_register *handle;
+	const char *name;
+	const char *feature;
+} qemu_plugin_reg_descriptor;
+typedef void (*qemu_plugin_vcpu_simple_cb_t)(qemu_plugin_id_t id, unsigned int vcpu_index);
+typedef void (*qemu_plugin_simple_cb_t)(qemu_plugin_id_t id);
+void qemu_plugin_register_vcpu_init_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_simple_cb_t cb);
+riser_garray *qemu_plugin_get_registers(void);
+int qemu_plugin_read_register(struct qemu_plugin_register *handle, riser_gbytearray *buf);
+bool qemu_plugin_read_memory_vaddr(uint64_t addr, riser_gbytearray *data, size_t len);
+/* Flushes the translated code (and unregisters the plugin's callbacks; cb re-registers). */
+void qemu_plugin_reset(qemu_plugin_id_t id, qemu_plugin_simple_cb_t cb);
+riser_gbytearray *g_byte_array_new(void);
+riser_gbytearray *g_byte_array_set_size(riser_gbytearray *array, unsigned int length);
 
 #endif
