@@ -212,10 +212,11 @@ impl Res {
         self.slots.iter().map(|s| (s.word(), s.lun()))
     }
 
-    /// Publishes a command about to be posted on its slot (`p`), with the
+    /// Publishes a command about to be posted on its slot (`p`, its BHS
+    /// `bhs`), with the
     /// one reference it holds while something beyond its response is
     /// pending (`p.hold`), taken first.
-    pub(super) fn hold_command(&self, task: &Task<'_, Iser>, p: &slot::Post) -> Result {
+    pub(super) fn hold_command(&self, task: &Task<'_, Iser>, bhs: &Bhs, p: &slot::Post) -> Result {
         let idx = task.index();
         let s = self.slots.get(idx as usize).ok_or(EINVAL)?;
         if !s.word().quiet() {
@@ -230,7 +231,7 @@ impl Res {
             }
         }
         s.lun
-            .store(u64::from_ne_bytes(Bhs(task.bhs()).lun()), Ordering::Release);
+            .store(u64::from_ne_bytes(bhs.lun()), Ordering::Release);
         match s.apply(|w| slot::post(w, p)) {
             Ok(_) => Ok(()),
             Err(_) => {

@@ -274,14 +274,15 @@ impl Res {
             (true, false) => slot::Key::Given,
             (true, true) => slot::Key::GivenSendsUseMr,
         };
+        let bhs = Bhs(bhs);
         let post = slot::Post {
-            itt: Bhs(bhs).itt(),
+            itt: bhs.itt(),
             send: !inline,
             data_outs: dataouts,
             key,
             hold: !inline || key != slot::Key::None || dataouts > 0,
         };
-        if let Err(e) = self.hold_command(task, &post) {
+        if let Err(e) = self.hold_command(task, &bhs, &post) {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
             return Err(e);
         }
@@ -318,7 +319,7 @@ impl Res {
                 .map(|broken| (unregistered, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
-        trace::pdu_sent(self.trace_id, &bhs, stag);
+        trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
         let broken = match (reg, dataouts > 0) {
             (Some(r), true) => self.send_dataouts(task, &r, dataouts),
             _ => None,
