@@ -468,6 +468,8 @@ impl IserConn {
             pages_per_mr: sizing.pages_per_mr,
             // CAST: a small constant.
             max_inline: HEADERS_LEN as u32,
+            cmd_slots: sizing.max_cmds,
+            cmd_tag_base: CTRL_TX,
         };
         let conn = match Connection::new(id, pd, cq, conn_caps) {
             Ok(c) => c,
@@ -480,6 +482,14 @@ impl IserConn {
         // QP's device), the login requests fail to post their receive.
         if let Some(Err(e)) = bufs.login_rx.take().map(|b| conn.give_recv_buf(0, b)) {
             pr_err!("cannot give the login receive its buffer: {:?}\n", e);
+        }
+        // Each command slot sends from its header buffer. Should it fail
+        // (it cannot: each slot's is new and on the QP's device), the
+        // slot's buffered SENDs fail to post.
+        for (i, h) in (0..).zip(bufs.tx_hdrs.iter()) {
+            if let Err(e) = conn.give_cmd_header(i, h.clone()) {
+                pr_err!("cannot give command slot {} its header buffer: {:?}\n", i, e);
+            }
         }
         let mut private = [0u8; ISER_CM_HDR_LEN];
         // Encoding four bytes into four bytes cannot fail.

@@ -395,10 +395,10 @@ impl Res {
     pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), Failure> {
         self.local_invs.fetch_add(1, Ordering::Relaxed);
         self.conn
-            .post_send(&[SendOp::LocalInv {
+            .post_send(SendOp::LocalInv {
                 mr: idx,
                 tag: Some(self.inv_tag(idx)),
-            }])
+            })
             .map_err(|e| {
                 pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);
                 // The reference stays until the QP and MRs are gone.

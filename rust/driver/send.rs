@@ -19,7 +19,7 @@ use crate::{
         plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
         slot, tmf,
     },
-    rdma::conn::{Access, DmaBuf, Registration, SendOp, Sge},
+    rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp},
     trace,
 };
 use core::sync::atomic::Ordering;
@@ -98,11 +98,11 @@ impl Res {
             }
         }
         let sge = buf.sge(0, HEADERS_LEN + data.len(), self.conn.pd())?;
-        self.conn.post_send(&[SendOp::Send {
+        self.conn.post_send(SendOp::Send {
             tag,
             sges: &[sge],
             keep: Some(buf),
-        }])?;
+        })?;
         trace::pdu_sent(self.trace_id, bhs.bytes(), 0);
         if let Some(r) = keep {
             // The post just made: the completion cannot take the tag's
@@ -140,7 +140,6 @@ impl Res {
         len: u32,
     ) -> Result<(bool, Option<Failure>)> {
         let idx = task.index();
-        let hdr_buf = self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?;
         let dir = match dir {
             Direction::None => DataDir::None,
             Direction::Read => DataDir::Read,
@@ -166,92 +165,55 @@ impl Res {
             headers: HEADERS_LEN as u32,
         })
         .map_err(Self::unplanned)?;
-        // The task slot's MR (MR index == slot index), held while the chain
-        // that maps and registers it is built and posted.
-        let mut claim = None;
-        // Whether the MR's last registration must be invalidated first:
-        // one the target was given is invalidated before its task is
-        // freed; one for local sends only (no remote access) is
-        // invalidated here, chained before the next registration.
-        let mut inv = false;
+        // The task slot's MR, header buffer and send tag, for this command
+        // alone. Busy while the slot's last SEND is being read by the
+        // device (libiscsi requeues).
+        let claim = self.conn.claim_cmd(idx).map_err(|e| match e {
+            EBUSY => EAGAIN,
+            e => e,
+        })?;
         let reg = match (plan.key, sg) {
             (Key::None, _) => None,
             (Key::LocalDma, Some(sg)) => Some(sg.local_only(self.conn.pd()).ok_or(EINVAL)?),
             // always_register=0 and one segment: no MR at all.
             (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(self.conn.pd()).ok_or(EINVAL)?),
-            (Key::Mr, Some(sg)) => {
-                let mr = claim.insert(self.conn.claim_mr(idx)?);
-                inv = self.conn.mr_valid(idx);
-                Some(mr.map(sg)?)
-            }
+            (Key::Mr, Some(sg)) => Some(claim.map(sg)?),
             _ => return Err(EINVAL),
         };
         if reg.as_ref().is_some_and(|r| r.len() < len) {
             return Err(EINVAL);
         }
-        let unregistered = plan.key == Key::GlobalRkey;
-        // The command's MR is registered by this chain.
-        let uses_mr = plan.key == Key::Mr;
         let mut iser = IserHeader::default();
         if let Some(r) = &reg {
+            let at = |offset: u32| StagVa {
+                stag: r.rkey(),
+                va: r.iova() + u64::from(offset),
+            };
             match plan.advert {
                 Advert::None => {}
-                Advert::Read => {
-                    iser.read = Some(StagVa {
-                        stag: r.rkey(),
-                        va: r.iova(),
-                    })
-                }
-                Advert::Write { offset } => {
-                    iser.write = Some(StagVa {
-                        stag: r.rkey(),
-                        va: r.iova() + u64::from(offset),
-                    })
-                }
+                Advert::Read => iser.read = Some(at(0)),
+                Advert::Write { offset } => iser.write = Some(at(offset)),
             }
         }
-        // What the registration lets the target do: a write whose data all
-        // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
-        // MR no remote access. Otherwise the target holds an rkey it can use
-        // until it is invalidated.
-        let access = match plan.exposure {
-            Exposure::Local => Access::Local,
-            Exposure::RemoteRead => Access::RemoteRead,
-            Exposure::RemoteWrite => Access::RemoteWrite,
-        };
-        let remote_key = plan.remote_mr();
-        let bhs = task.bhs();
-        let hdrs = Self::headers(iser, &Bhs(bhs))?;
-        let imm = task.imm_count();
+        let bhs = Bhs(task.bhs());
+        let hdrs = Self::headers(iser, &bhs)?;
         // A PDU without immediate data goes inline when the QP takes it: the
         // provider copies it while posting, so the SEND needs no completion
         // to protect a buffer (only a buffer the device still reads must
         // wait for one), and only one in `signal_interval` is signaled, for
         // the send queue's sake. Immediate data is sent from the SCSI buffer.
-        let (with_imm, inline) = (plan.with_imm, plan.inline);
-        let tag = Self::task_tag(idx);
-        if !inline && !self.conn.send_tag_idle(tag) {
-            // The slot's last SEND is still being read by the device: its
-            // header buffer cannot be written yet (libiscsi requeues).
-            return Err(EAGAIN);
-        }
-        let one;
-        let two;
-        let sges: &[Sge<'_>] = if inline {
-            &[]
-        } else {
-            hdr_buf.write(0, &hdrs)?;
-            let head = hdr_buf.sge(0, HEADERS_LEN, self.conn.pd())?;
-            match reg {
-                Some(r) if with_imm => {
-                    two = [head, r.sge(0, imm)?];
-                    &two
-                }
-                _ => {
-                    one = [head];
-                    &one
-                }
+        let send = if plan.inline {
+            let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
+            CmdSend::Inline {
+                bytes: &hdrs,
+                signaled: n % self.signal_interval == 0,
             }
+        } else {
+            let data = match &reg {
+                Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
+                _ => None,
+            };
+            CmdSend::Buffered { hdr: &hdrs, data }
         };
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out.
@@ -266,57 +228,47 @@ impl Res {
         {
             return Err(EAGAIN);
         }
+        // The command's MR is registered by the post.
+        let uses_mr = plan.key == Key::Mr;
+        // Whether the target is given a key it can use until it is
+        // invalidated.
+        let remote_key = plan.remote_mr();
         // The slot's word, before anything is posted: once it is, a response
         // on another CPU may complete the command. The command holds one
         // reference while anything beyond its response is pending.
-        let key = match (remote_key, uses_mr && (with_imm || dataouts > 0)) {
+        let key = match (remote_key, uses_mr && (plan.with_imm || dataouts > 0)) {
             (false, _) => slot::Key::None,
             (true, false) => slot::Key::Given,
             (true, true) => slot::Key::GivenSendsUseMr,
         };
-        let bhs = Bhs(bhs);
         let post = slot::Post {
             itt: bhs.itt(),
-            send: !inline,
+            send: !plan.inline,
             data_outs: dataouts,
             key,
-            hold: !inline || key != slot::Key::None || dataouts > 0,
+            hold: !plan.inline || key != slot::Key::None || dataouts > 0,
         };
         if let Err(e) = self.hold_command(task, &bhs, &post) {
             self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
             return Err(e);
         }
-        let send = if inline {
-            let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
-            SendOp::InlineSend {
-                tag: (n % self.signal_interval == 0).then_some(tag),
-                bytes: &hdrs,
-            }
-        } else {
-            SendOp::Send {
-                tag,
-                sges,
-                keep: Some(hdr_buf),
-            }
+        // What a registration lets the target do: a write whose data all
+        // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
+        // MR no remote access. Otherwise the target holds an rkey it can use
+        // until it is invalidated.
+        let access = match plan.exposure {
+            Exposure::Local => Access::Local,
+            Exposure::RemoteRead => Access::RemoteRead,
+            Exposure::RemoteWrite => Access::RemoteWrite,
         };
-        let reg_op = reg
-            .filter(|_| uses_mr)
-            .map(|reg| SendOp::Reg { reg, access });
-        // The chain, and where the registration is in it.
-        let (posted, reg_at) = match (inv, reg_op) {
-            (true, Some(reg_op)) => (
-                self.conn
-                    .post_chain(&[SendOp::LocalInv { mr: idx, tag: None }, reg_op, send]),
-                Some(1),
-            ),
-            (false, Some(reg_op)) => (self.conn.post_chain(&[reg_op, send]), Some(0)),
-            _ => (self.conn.post_chain(&[send]), None),
+        let cmd = CmdPost {
+            reg: reg.filter(|_| uses_mr).map(|r| (r, access)),
+            send,
         };
-        if let Err((e, n)) = posted {
-            let reg_posted = reg_at.is_some_and(|r| n > r);
+        if let Err(r) = claim.post(&cmd) {
             return self
-                .not_posted(idx, e, dataouts, remote_key && reg_posted)
-                .map(|broken| (unregistered, broken));
+                .not_posted(idx, r.err, dataouts, remote_key && r.reg_posted)
+                .map(|broken| (plan.key == Key::GlobalRkey, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
         trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
@@ -324,7 +276,7 @@ impl Res {
             (Some(r), true) => self.send_dataouts(task, &r, dataouts),
             _ => None,
         };
-        Ok((unregistered, broken))
+        Ok((plan.key == Key::GlobalRkey, broken))
     }
 
     #[cold]
@@ -407,11 +359,11 @@ impl Res {
                         buf.sge(0, HEADERS_LEN, self.conn.pd())?,
                         r.sge(d.offset, d.len)?,
                     ];
-                    self.conn.post_send(&[SendOp::Send {
+                    self.conn.post_send(SendOp::Send {
                         tag,
                         sges: &sges,
                         keep: Some(buf),
-                    }])
+                    })
                 });
             if sent.is_err() {
                 let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);

@@ -4,10 +4,8 @@
 //! dispatch here, and in `conn/` the memory its work requests point to
 //! (`dma`: DMA-mapped buffers and scatterlists; `mr`: fast-registration
 //! memory regions; `wr`: scatter/gather entries, registrations, send
-//! operations and completion tags).
-//!
-//! About 750 lines: posting a chain of work requests (its
-//! validation, MR state and rollback) is one function, kept whole.
+//! operations and completion tags; `cmd`: the command slots, whose work
+//! requests are built once and posted through a claim).
 //!
 //! Lifetimes are structural: a [`Connection`] owns its CM id, QP, CQ, MRs
 //! and completion tags, and destroys the QP before anything a work request
@@ -37,6 +35,7 @@ use kernel::{
     types::ForeignOwnable,
 };
 
+mod cmd;
 mod dma;
 mod mr;
 mod rx;
@@ -45,13 +44,15 @@ mod wr;
 pub(crate) use super::device::DeviceRef;
 pub(crate) use crate::sg::DmaDir;
 use crate::sg::SgMapping;
+pub(crate) use cmd::{CmdPost, CmdSend};
+use cmd::CmdSlot;
 pub(crate) use dma::{DmaBuf, DmaSg};
-pub(crate) use mr::MrClaim;
+use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{Received, RecvBuf};
 pub(crate) use wr::{
-    Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, MAX_CHAIN, UNSIGNALED_TAG,
+    Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, UNSIGNALED_TAG,
 };
 use wr::{DoneFn, Tag};
 
@@ -73,6 +74,11 @@ pub(crate) struct ConnCaps {
     /// Bytes of inline data wanted per send (0: none). A provider that
     /// refuses them gets a QP without.
     pub(crate) max_inline: u32,
+    /// Command slots (`0..cmd_slots`, at most `mrs`): slot `i` registers
+    /// MR `i` and sends on send tag `cmd_tag_base + i`.
+    pub(crate) cmd_slots: u32,
+    /// The send tag of command slot 0.
+    pub(crate) cmd_tag_base: u32,
 }
 
 /// A connected (or connecting) RC queue pair with its CM id.
@@ -83,8 +89,9 @@ pub(crate) struct ConnCaps {
 /// `id`'s context (an `Arc<H>` owned by `id`); it is valid until
 /// `qp_destroyed` is set, which [`Connection::destroy_qp`] (through `&mut`,
 /// so with no other user) does when it destroys it, before the MRs, the CQ
-/// and the id; nothing uses `qp` after that. Every tag is at a stable
-/// address (`KVec` never grown) until the QP is destroyed.
+/// and the id; nothing uses `qp` after that. Every tag, MR and command
+/// slot is at a stable address (`KVec` never grown) until the QP is
+/// destroyed; command slot `i` names MR `i` and send tag `tag` of its own.
 pub(crate) struct Connection<H: CmHandler + QpHandler> {
     qp: NonNull<bindings::ib_qp>,
     qp_destroyed: bool,
@@ -92,6 +99,7 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
     mrs: KVec<MrSlot>,
+    cmds: KVec<CmdSlot>,
     /// Inline bytes per send the QP takes.
     max_inline: u32,
     pd: Arc<Pd>,
@@ -102,7 +110,9 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
 // SAFETY: Posting is serialised by the provider; the tags and the MR states
 // (`claimed`, `valid`, `reg_rkey`) are atomics; an MR's own fields are
 // written and read only by the holder of its claim (`MrClaim`), so by one
-// CPU at a time; everything may be released from any thread.
+// CPU at a time, and so are a command slot's work requests (the claim of
+// its MR is held by its `CmdClaim`); everything may be released from any
+// thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
@@ -121,7 +131,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             Ok(p) => p,
             Err(e) => return Err((id, e)),
         };
-        let (recv_tags, send_tags, unsignaled, mrs) = parts;
+        let (recv_tags, send_tags, unsignaled, mrs, cmds) = parts;
         let attr_for = |max_inline_data: u32| bindings::ib_qp_init_attr {
             event_handler: Some(Self::qp_event_cb),
             qp_context: id.context(),
@@ -171,6 +181,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             send_tags,
             unsignaled,
             mrs,
+            cmds,
             max_inline,
             pd,
             _cq: cq,
@@ -182,7 +193,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     fn parts(
         pd: &Arc<Pd>,
         caps: ConnCaps,
-    ) -> Result<(KVec<RecvSlot>, KVec<Tag>, KBox<Tag>, KVec<MrSlot>)> {
+    ) -> Result<(
+        KVec<RecvSlot>,
+        KVec<Tag>,
+        KBox<Tag>,
+        KVec<MrSlot>,
+        KVec<CmdSlot>,
+    )> {
         let mut recv = KVec::with_capacity(caps.recv_tags as usize, GFP_KERNEL)?;
         for i in 0..caps.recv_tags {
             recv.push(RecvSlot::new(i, Self::recv_done_cb), GFP_KERNEL)?;
@@ -196,7 +213,22 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         for _ in 0..caps.mrs {
             mrs.push(MrSlot::new(pd, caps.pages_per_mr)?, GFP_KERNEL)?;
         }
-        Ok((recv, send, unsignaled, mrs))
+        // Each command slot's MR and send tag exist.
+        let tags_end = caps.cmd_tag_base.checked_add(caps.cmd_slots);
+        if caps.cmd_slots > caps.mrs || tags_end.is_none_or(|e| e > caps.send_tags) {
+            return Err(EINVAL);
+        }
+        let unsig = (&raw const unsignaled.cqe).cast_mut();
+        let mut cmds = KVec::with_capacity(caps.cmd_slots as usize, GFP_KERNEL)?;
+        for (i, mr) in mrs.iter().enumerate().take(caps.cmd_slots as usize) {
+            // CAST: `i` < `cmd_slots`, a u32.
+            let tag = caps.cmd_tag_base + i as u32;
+            let cqe = (&raw const send[tag as usize].cqe).cast_mut();
+            cmds.push(CmdSlot::new(mr, tag, cqe, unsig), GFP_KERNEL)?;
+        }
+        // At their place for good: the vector is never grown.
+        cmds.iter_mut().for_each(CmdSlot::link);
+        Ok((recv, send, unsignaled, mrs, cmds))
     }
 
     /// The CM id.
@@ -369,20 +401,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Takes MR `mr` for exclusive use until the returned claim is
     /// dropped; `EBUSY` while another claim holds it.
-    pub(crate) fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
+    fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
         let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
         slot.claimed
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| EBUSY)?;
         // INVARIANT: the flag was taken just above.
         Ok(MrClaim { slot })
-    }
-
-    /// Whether MR `mr` is registered and not yet invalidated.
-    pub(crate) fn mr_valid(&self, mr: u32) -> bool {
-        self.mrs
-            .get(mr as usize)
-            .is_some_and(|s| s.valid.load(Ordering::Acquire))
     }
 
     /// The rkey of MR `mr`'s last posted registration.
@@ -400,266 +425,108 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
     }
 
-    /// Posts `ops` as one chain. MR states are published before posting,
-    /// so a completion racing the post sees them, and rolled back for the
-    /// requests the provider did not take.
+    /// Posts `op`, the rare requests (control PDUs, Data-Outs, a command's
+    /// own LOCAL_INV); commands go through their slot ([`CmdClaim`]). An
+    /// invalidation's MR state is published before posting, so a
+    /// completion racing the post sees it, and rolled back if the provider
+    /// refuses the request.
     ///
-    /// The memory the requests name is borrowed only for the call; what
-    /// keeps it alive until their completions is said at [`SendOp`].
-    pub(crate) fn post_send(&self, ops: &[SendOp<'_>]) -> Result {
-        self.post_chain(ops).map_err(|(e, _)| e)
-    }
-
-    /// As [`Connection::post_send`], saying on failure how many requests
-    /// of the chain the provider took before it refused one: those were
-    /// posted and keep their effects (a registration that went out is
-    /// valid, with the access it gave, until it is invalidated).
-    pub(crate) fn post_chain(
-        &self,
-        ops: &[SendOp<'_>],
-    ) -> core::result::Result<(), (Error, usize)> {
-        let mut posted = 0;
-        self.post_ops(ops, &mut posted).map_err(|e| (e, posted))
-    }
-
-    /// Posts `ops`, counting in `posted` the requests the provider took.
-    fn post_ops(&self, ops: &[SendOp<'_>], posted: &mut usize) -> Result {
+    /// The memory the request names is borrowed only for the call; what
+    /// keeps it alive until its completion is said at [`SendOp`].
+    #[inline(never)]
+    pub(crate) fn post_send(&self, op: SendOp<'_>) -> Result {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
-        if ops.is_empty() || ops.len() > MAX_CHAIN {
-            return Err(EINVAL);
-        }
-        // Validate every request before holding any tag.
-        for op in ops {
-            match op {
-                SendOp::LocalInv { mr, tag } => {
-                    self.mrs.get(*mr as usize).ok_or(EINVAL)?;
-                    if let Some(t) = tag {
-                        self.send_tags.get(*t as usize).ok_or(EINVAL)?;
-                    }
-                }
-                SendOp::Reg { reg, .. } => {
-                    // An MR mapping, of one of this connection's MRs.
-                    let s = reg.mr.ok_or(EINVAL)?;
-                    if !self.mrs.as_ptr_range().contains(&core::ptr::from_ref(s)) {
-                        return Err(EINVAL);
-                    }
-                }
-                SendOp::Send { tag, sges, keep } => {
-                    self.send_tags.get(*tag as usize).ok_or(EINVAL)?;
-                    if sges.is_empty() || sges.len() > 2 {
-                        return Err(EINVAL);
-                    }
-                    // The tag keeps only `keep` alive until the completion.
-                    let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
-                    if !sges.iter().all(|s| s.buf.is_none_or(kept)) {
-                        return Err(EINVAL);
-                    }
-                    // Memory this device may read, and nothing else.
-                    let dev = self.pd.device_ptr();
-                    if !sges.iter().all(|s| s.dev == dev && s.to_device) {
-                        return Err(EINVAL);
-                    }
-                }
-                SendOp::InlineSend { tag, bytes } => {
-                    if let Some(t) = tag {
-                        self.send_tags.get(*t as usize).ok_or(EINVAL)?;
-                    }
-                    if bytes.is_empty() || bytes.len() > self.max_inline as usize {
-                        return Err(EINVAL);
-                    }
-                }
-            }
-        }
-        // Fault injection: the provider refuses the chain's last request,
-        // so that a chain of several goes out in part.
-        let refuse_last = fault::hit(Site::PostSend);
-        if refuse_last && ops.len() == 1 {
+        // Fault injection: the provider refuses the request.
+        if fault::hit(Site::PostSend) {
             return Err(EIO);
         }
-        let n = if refuse_last {
-            ops.len() - 1
-        } else {
-            ops.len()
-        };
-        let mut regs: [bindings::ib_reg_wr; MAX_CHAIN] = Default::default();
-        // Written before a request names them: the provider reads only
-        // the `num_sge` entries a request has.
-        let mut sges: [[MaybeUninit<bindings::ib_sge>; 2]; MAX_CHAIN] =
-            [const { [const { MaybeUninit::uninit() }; 2] }; MAX_CHAIN];
-        let mut held: [Option<&Tag>; MAX_CHAIN] = [None; MAX_CHAIN];
-        // The MR states before this chain: (valid, reg_rkey) per request.
-        let mut before: [Option<(&MrSlot, bool, u32)>; MAX_CHAIN] = [None; MAX_CHAIN];
-        let unsig = (&raw const self.unsignaled.cqe).cast_mut();
-        for (i, op) in ops.iter().enumerate() {
-            let w = &mut regs[i];
-            match op {
-                SendOp::LocalInv { mr, tag } => {
-                    let cqe = match tag {
-                        Some(tag) => {
-                            // CAST: the flag fits an int.
-                            w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
-                            self.hold_tag(*tag, None, i, &before, &mut held)?
-                        }
-                        None => unsig,
-                    };
-                    let s = &self.mrs[*mr as usize];
-                    let rkey = s.reg_rkey.load(Ordering::Acquire);
-                    before[i] = Some((s, s.valid.load(Ordering::Acquire), rkey));
-                    s.valid.store(false, Ordering::Release);
-                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
-                    // SAFETY: Writing union members.
-                    unsafe {
-                        *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe;
-                        *w.wr.ex.invalidate_rkey.as_mut() = rkey;
+        let mut wr = bindings::ib_send_wr::default();
+        // Written before the request names them: the provider reads only
+        // the `num_sge` entries it has.
+        let mut sges = [const { MaybeUninit::<bindings::ib_sge>::uninit() }; 2];
+        let mut inv_before = None;
+        let tag = match op {
+            SendOp::LocalInv { mr, tag } => {
+                let s = self.mrs.get(mr as usize).ok_or(EINVAL)?;
+                let t = match tag {
+                    Some(t) => {
+                        let t = self.send_tags.get(t as usize).ok_or(EINVAL)?;
+                        t.hold(None)?;
+                        // CAST: the flag fits an int.
+                        wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                        Some(t)
                     }
-                }
-                SendOp::Reg { reg, access } => {
-                    // Validated above: a mapping of one of this connection's
-                    // MRs, whose claim `reg` borrows, so its key is still
-                    // the MR's.
-                    let Some(s) = reg.mr else {
-                        Self::unwind(&before, &held, 0);
-                        return Err(EINVAL);
-                    };
-                    let key = reg.rkey;
-                    before[i] = Some((
-                        s,
-                        s.valid.load(Ordering::Acquire),
-                        s.reg_rkey.load(Ordering::Acquire),
-                    ));
-                    s.reg_rkey.store(key, Ordering::Release);
-                    s.valid.store(true, Ordering::Release);
-                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
-                    // SAFETY: Writing the `wr_cqe` member of the union.
-                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig };
-                    w.mr = s.mr.as_raw();
-                    w.key = key;
-                    let remote = match access {
-                        Access::Local => 0,
-                        Access::RemoteRead => bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
-                        Access::RemoteWrite => bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
-                    };
-                    // CAST: the access flags fit an int.
-                    w.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
-                }
-                SendOp::Send {
-                    tag,
-                    sges: list,
-                    keep,
-                } => {
-                    for (j, s) in list.iter().enumerate() {
-                        sges[i][j].write(s.raw());
-                    }
-                    let cqe = self.hold_tag(*tag, *keep, i, &before, &mut held)?;
-                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
-                    // SAFETY: Writing the `wr_cqe` member of the union.
-                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
-                    w.wr.sg_list = sges[i].as_mut_ptr().cast();
-                    // CAST: one or two entries.
-                    w.wr.num_sge = list.len() as c_int;
-                    // CAST: the flag fits an int.
-                    w.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
-                }
-                SendOp::InlineSend { tag, bytes } => {
-                    sges[i][0].write(bindings::ib_sge {
-                        // Inline data is named by its kernel virtual
-                        // address, which the provider copies from while
-                        // posting.
-                        addr: bytes.as_ptr() as u64,
-                        // CAST: at most `max_inline` bytes, a u32.
-                        length: bytes.len() as u32,
-                        lkey: self.pd.local_dma_lkey(),
-                    });
-                    w.wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
-                    w.wr.sg_list = sges[i].as_mut_ptr().cast();
-                    w.wr.num_sge = 1;
-                    let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
-                    let cqe = match tag {
-                        Some(tag) => {
-                            flags |= bindings::ib_send_flags_IB_SEND_SIGNALED;
-                            self.hold_tag(*tag, None, i, &before, &mut held)?
-                        }
-                        None => unsig,
-                    };
-                    // SAFETY: Writing the `wr_cqe` member of the union.
-                    unsafe { *w.wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
-                    // CAST: the flags fit an int.
-                    w.wr.send_flags = flags as c_int;
-                }
+                    None => None,
+                };
+                let rkey = s.reg_rkey.load(Ordering::Acquire);
+                inv_before = Some((s, s.valid.swap(false, Ordering::AcqRel)));
+                wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+                // SAFETY: Writing a union member.
+                unsafe { *wr.ex.invalidate_rkey.as_mut() = rkey };
+                t
             }
-        }
-        // Chain the requests: each `ib_reg_wr` starts with its `ib_send_wr`.
-        let base = regs.as_mut_ptr();
-        for i in 0..n - 1 {
-            // SAFETY: `i` and `i + 1` are inside `regs`.
-            unsafe { (*base.add(i)).wr.next = &raw mut (*base.add(i + 1)).wr };
-        }
+            SendOp::Send { tag, sges: list, keep } => {
+                let t = self.send_tags.get(tag as usize).ok_or(EINVAL)?;
+                if list.is_empty() || list.len() > 2 {
+                    return Err(EINVAL);
+                }
+                // The tag keeps only `keep` alive until the completion.
+                let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
+                // Memory this device may read, and nothing else.
+                let dev = self.pd.device_ptr();
+                if !list
+                    .iter()
+                    .all(|s| s.buf.is_none_or(kept) && s.dev == dev && s.to_device)
+                {
+                    return Err(EINVAL);
+                }
+                for (slot, s) in sges.iter_mut().zip(list) {
+                    slot.write(s.raw());
+                }
+                t.hold(keep)?;
+                wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+                wr.sg_list = sges.as_mut_ptr().cast();
+                // CAST: one or two entries.
+                wr.num_sge = list.len() as c_int;
+                // CAST: the flag fits an int.
+                wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                Some(t)
+            }
+        };
+        let cqe = match tag {
+            Some(t) => (&raw const t.cqe).cast_mut(),
+            None => (&raw const self.unsignaled.cqe).cast_mut(),
+        };
+        // SAFETY: Writing the `wr_cqe` member of the union.
+        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
         let mut bad = core::ptr::null();
-        // Providers copy work requests, and inline data, when posting;
-        // buffers are held by their tags until completion.
+        // Providers copy work requests when posting; buffers are held by
+        // their tags until completion.
         // SAFETY: The QP is valid (not destroyed: checked on entry, and
-        // `destroy_qp` needs `&mut self`); the chain, the inline bytes and
-        // the MRs it names outlive the call; each request's `num_sge`
-        // entries of `sges` were written above.
+        // `destroy_qp` needs `&mut self`); the request and the MR it names
+        // outlive the call; its `num_sge` entries of `sges` were written
+        // above.
         let r = to_result(unsafe {
-            bindings::riser_ib_post_send(self.qp.as_ptr(), &(*base).wr, &mut bad)
+            bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad)
         });
         if r.is_err() {
-            // Requests before `bad` were posted and keep their effects.
-            let first_bad = Self::refused_at(&regs[..ops.len()], bad);
-            Self::unwind(&before, &held, first_bad);
-            *posted = first_bad;
-            return r;
+            Self::not_taken(tag, inv_before);
         }
-        *posted = n;
-        if n < ops.len() {
-            Self::unwind(&before, &held, n);
-            return Err(EIO);
-        }
-        Ok(())
+        r
     }
 
-    /// Holds send tag `tag` (validated) for request `i` of a chain being
-    /// built, keeping `keep` with it: the completion the request names. If
-    /// the tag is busy, everything the chain held so far is released.
-    fn hold_tag<'a>(
-        &'a self,
-        tag: u32,
-        keep: Option<&Arc<DmaBuf>>,
-        i: usize,
-        before: &[Option<(&MrSlot, bool, u32)>],
-        held: &mut [Option<&'a Tag>],
-    ) -> Result<*mut bindings::ib_cqe> {
-        let t = &self.send_tags[tag as usize];
-        if let Err(e) = t.hold(keep) {
-            Self::unwind(before, held, 0);
-            return Err(e);
-        }
-        held[i] = Some(t);
-        Ok((&raw const t.cqe).cast_mut())
-    }
-
-    /// The index in `chain` of the request the provider refused (`bad`),
-    /// 0 if it named none of them.
+    /// Undoes what a request the provider refused held: its tag, and the
+    /// MR state an invalidation changed.
     #[cold]
-    fn refused_at(chain: &[bindings::ib_reg_wr], bad: *const bindings::ib_send_wr) -> usize {
-        chain
-            .iter()
-            .position(|w| core::ptr::eq(&w.wr, bad))
-            .unwrap_or(0)
-    }
-
-    /// Undoes the MR states and tag holds of requests `from..` of a chain
-    /// that were not posted.
-    #[cold]
-    fn unwind(before: &[Option<(&MrSlot, bool, u32)>], held: &[Option<&Tag>], from: usize) {
-        for (s, valid, rkey) in before.iter().skip(from).flatten().rev() {
-            s.reg_rkey.store(*rkey, Ordering::Release);
-            s.valid.store(*valid, Ordering::Release);
+    fn not_taken(tag: Option<&Tag>, inv_before: Option<(&MrSlot, bool)>) {
+        if let Some((s, valid)) = inv_before {
+            s.valid.store(valid, Ordering::Release);
         }
-        held.iter().skip(from).flatten().for_each(|h| h.release());
+        if let Some(t) = tag {
+            t.release();
+        }
     }
 
     fn wc(wc: &bindings::ib_wc) -> Wc {

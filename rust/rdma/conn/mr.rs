@@ -53,18 +53,20 @@ pub(crate) struct MrClaim<'a> {
     pub(super) slot: &'a MrSlot,
 }
 
-impl MrClaim<'_> {
-    /// Maps `sg` into the MR with a fresh key: what the peer is told, and
-    /// what [`SendOp::Reg`] registers. The registration borrows the claim
-    /// and `sg`: while it lives the MR is not mapped again and `sg` stays
-    /// mapped.
-    pub(crate) fn map<'s>(&'s mut self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+impl MrSlot {
+    /// Maps `sg` into the MR with a fresh key, as [`MrClaim::map`] says.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the MR's claim and maps it no more while the
+    /// returned registration lives.
+    pub(super) unsafe fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         if fault::hit(Site::MapMr) {
             return Err(EINVAL);
         }
-        let p = self.slot.mr.as_raw();
-        // SAFETY: The MR is valid (type invariant of `MrSlot`); its device
-        // is set at allocation and never changed.
+        let p = self.mr.as_raw();
+        // SAFETY: The MR is valid (type invariant); its device is set at
+        // allocation and never changed.
         let dev = unsafe { (*p).device };
         // An MR maps addresses of its own device only.
         if dev != sg.dev.raw() {
@@ -72,9 +74,8 @@ impl MrClaim<'_> {
         }
         // The keys' low byte is the consumer's to rotate; the registration in
         // the hardware keeps its key (`reg_rkey`) until invalidated.
-        // SAFETY: The MR is valid (type invariant of `MrSlot`), and only the
-        // holder of its claim (this value, borrowed mutably) reads or writes
-        // its fields.
+        // SAFETY: The MR is valid (type invariant), and only the holder of
+        // its claim (the caller) reads or writes its fields.
         unsafe {
             let key = ((*p).rkey & 0xff).wrapping_add(1) & 0xff;
             (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
@@ -95,7 +96,7 @@ impl MrClaim<'_> {
                 lkey: (*p).lkey,
                 iova: (*p).iova,
                 len: u32::try_from((*p).length)?,
-                mr: Some(self.slot),
+                mr: Some(self),
                 dev,
                 to_device: sg.dir == DmaDir::ToDevice,
                 _sg: PhantomData,

@@ -314,15 +314,6 @@ pub(crate) enum SendOp<'a> {
         /// The signaled send tag, if any.
         tag: Option<u32>,
     },
-    /// Register the MR of `reg`, a mapping made by [`MrClaim::map`] on
-    /// this connection (unsignaled), for local use and what `access` grants
-    /// the peer. Only the claim's holder has such a registration.
-    Reg {
-        /// The MR mapping to register.
-        reg: Registration<'a>,
-        /// What the peer may do with the region.
-        access: Access,
-    },
     /// A signaled SEND of `sges`, completing on tag `tag`, holding `keep`
     /// until then.
     Send {
@@ -332,16 +323,6 @@ pub(crate) enum SendOp<'a> {
         sges: &'a [Sge<'a>],
         /// The buffer kept alive until the completion.
         keep: Option<&'a Arc<DmaBuf>>,
-    },
-    /// A SEND of `bytes` as inline data: the provider copies them while
-    /// posting, so nothing stays in use afterwards. Signaled on tag `tag`
-    /// when there is one; otherwise no completion reports it unless it
-    /// fails. At most [`Connection::max_inline`] bytes.
-    InlineSend {
-        /// The signaled send tag, if any.
-        tag: Option<u32>,
-        /// The PDU.
-        bytes: &'a [u8],
     },
 }
 
@@ -355,7 +336,3 @@ pub(crate) enum Access {
     /// RDMA WRITE (the peer pushes a read's data).
     RemoteWrite,
 }
-
-/// The most work requests one [`Connection::post_send`] takes: the longest
-/// chain riser posts is a command's LOCAL_INV, REG_MR and SEND.
-pub(crate) const MAX_CHAIN: usize = 3;

@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Command slots: the work requests of one slot's command (the LOCAL_INV
+//! and REG_MR of the slot's MR, the SEND of its PDU), built and checked
+//! once when the connection is made, so that posting a command only fills
+//! in keys, lengths and flags. A slot is used through a [`CmdClaim`],
+//! which holds the slot's MR and its send tag: a slot whose last SEND is
+//! outstanding cannot be claimed, and two CPUs never fill in one slot's
+//! requests at once.
+
+use super::*;
+use core::cell::{Cell, UnsafeCell};
+
+/// The work requests of one command slot, linked once: `inv` -> `reg`
+/// -> `send`; a post starts the chain where its command needs it.
+#[repr(C)]
+struct Wrs {
+    inv: bindings::ib_send_wr,
+    reg: bindings::ib_reg_wr,
+    send: bindings::ib_send_wr,
+    sge: [bindings::ib_sge; 2],
+}
+
+/// One command slot of a [`Connection`]: slot `i` registers MR `i` and
+/// sends on send tag `tag`.
+///
+/// # Invariants
+///
+/// `wrs` is at a stable address (the slots' `KVec` is never grown) and
+/// links to itself: `inv.next` is `&reg.wr`, `reg.wr.next` is `&send`,
+/// `send.sg_list` is `sge`; `reg.mr` is MR `i` of the connection, the
+/// CQEs are the connection's tags. It is read and written only by the
+/// holder of the claim on MR `i` (a [`CmdClaim`]). `hdr`, once set, is
+/// mapped on the connection's device for it to read.
+pub(super) struct CmdSlot {
+    wrs: UnsafeCell<Wrs>,
+    tag: u32,
+    hdr: SetOnce<Arc<DmaBuf>>,
+}
+
+impl CmdSlot {
+    /// The slot of MR `mr`, sending on tag `tag` (`tag_cqe`), its
+    /// unsignaled requests on `unsig`. Linked by [`CmdSlot::link`] once it
+    /// is at its place.
+    pub(super) fn new(
+        mr: &MrSlot,
+        tag: u32,
+        tag_cqe: *mut bindings::ib_cqe,
+        unsig: *mut bindings::ib_cqe,
+    ) -> Self {
+        let mut w = Wrs {
+            inv: Default::default(),
+            reg: Default::default(),
+            send: Default::default(),
+            sge: Default::default(),
+        };
+        w.inv.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+        w.reg.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
+        w.reg.mr = mr.mr.as_raw();
+        w.send.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        // SAFETY: Writing the `wr_cqe` members of the unions.
+        unsafe {
+            *w.inv.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
+            *w.reg.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
+            *w.send.__bindgen_anon_1.wr_cqe.as_mut() = tag_cqe;
+        }
+        Self {
+            wrs: UnsafeCell::new(w),
+            tag,
+            hdr: SetOnce::default(),
+        }
+    }
+
+    /// Links the slot's requests to each other, at the address where they
+    /// stay.
+    pub(super) fn link(&mut self) {
+        let w = self.wrs.get_mut();
+        w.inv.next = &raw mut w.reg.wr;
+        w.reg.wr.next = &raw mut w.send;
+        w.send.sg_list = w.sge.as_mut_ptr();
+    }
+
+    /// Gives the slot its header buffer, once; it must be mapped on `pd`'s
+    /// device for the device to read.
+    pub(super) fn give_header(&self, pd: &Pd, buf: Arc<DmaBuf>) -> Result {
+        if buf.dev.raw() != pd.device_ptr() || buf.dir != DmaDir::ToDevice {
+            return Err(EINVAL);
+        }
+        if self.hdr.populate(buf) {
+            Ok(())
+        } else {
+            Err(EBUSY)
+        }
+    }
+}
+
+/// How a command's PDU is sent.
+pub(crate) enum CmdSend<'a> {
+    /// Inline: the provider copies `bytes` while posting. Signaled on the
+    /// slot's tag if `signaled`, else no completion reports it unless it
+    /// fails.
+    Inline {
+        /// The iSER header and BHS.
+        bytes: &'a [u8],
+        /// Whether the SEND is signaled.
+        signaled: bool,
+    },
+    /// From the slot's header buffer, into which `hdr` is copied, followed
+    /// by `data` (immediate data); signaled on the slot's tag, which stays
+    /// taken until the completion.
+    Buffered {
+        /// The iSER header and BHS.
+        hdr: &'a [u8],
+        /// The immediate data, if any: memory of the command's mapping.
+        data: Option<Sge<'a>>,
+    },
+}
+
+/// A command to post on a claimed slot.
+pub(crate) struct CmdPost<'a> {
+    /// The registration of the slot's MR, mapped by this claim
+    /// ([`CmdClaim::map`]), and what the peer may do with it. When the
+    /// MR's last registration is still valid, it is invalidated first, in
+    /// the same chain.
+    pub(crate) reg: Option<(Registration<'a>, Access)>,
+    /// The PDU.
+    pub(crate) send: CmdSend<'a>,
+}
+
+/// A command post the provider refused, in whole or in part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CmdRefused {
+    /// Why.
+    pub(crate) err: Error,
+    /// Whether the registration went out (then it stays valid, with the
+    /// access it gave, until it is invalidated).
+    pub(crate) reg_posted: bool,
+}
+
+/// The exclusive use of one command slot, taken with
+/// [`Connection::claim_cmd`]: its MR (mapped only through this claim) and
+/// its send tag (taken: the slot's last SEND has completed). One command
+/// is posted through it ([`CmdClaim::post`]); a signaled SEND keeps the
+/// tag until its completion, and everything else is given back when the
+/// claim drops.
+///
+/// # Invariants
+///
+/// `mr` holds MR `idx`'s claim and `slot` is command slot `idx` of
+/// `conn`; while `tag_held` is set, this value holds `slot`'s send tag.
+pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
+    conn: &'a Connection<H>,
+    slot: &'a CmdSlot,
+    mr: MrClaim<'a>,
+    tag: &'a Tag,
+    tag_held: Cell<bool>,
+    mapped: Cell<bool>,
+    posted: Cell<bool>,
+}
+
+impl<H: CmHandler + QpHandler> Connection<H> {
+    /// Claims command slot `idx`: `EBUSY` while another claim holds it or
+    /// its send tag is taken (its last SEND has not completed).
+    pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
+        let slot = self.cmds.get(idx as usize).ok_or(EINVAL)?;
+        let tag = self.send_tags.get(slot.tag as usize).ok_or(EINVAL)?;
+        let mr = self.claim_mr(idx)?;
+        tag.hold(None)?;
+        // INVARIANT: the MR's claim and the tag were taken just above.
+        Ok(CmdClaim {
+            conn: self,
+            slot,
+            mr,
+            tag,
+            tag_held: Cell::new(true),
+            mapped: Cell::new(false),
+            posted: Cell::new(false),
+        })
+    }
+
+    /// Gives command slot `idx` its header buffer (once), which its
+    /// buffered SENDs ([`CmdSend::Buffered`]) are sent from. The buffer
+    /// must be mapped on the connection's device for it to read.
+    pub(crate) fn give_cmd_header(&self, idx: u32, buf: Arc<DmaBuf>) -> Result {
+        self.cmds
+            .get(idx as usize)
+            .ok_or(EINVAL)?
+            .give_header(&self.pd, buf)
+    }
+}
+
+impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
+    /// Maps `sg` into the slot's MR with a fresh key (as
+    /// [`MrClaim::map`]); once per claim (`EBUSY` after), so the MR is not
+    /// mapped again while the registration lives.
+    pub(crate) fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+        if self.mapped.replace(true) {
+            return Err(EBUSY);
+        }
+        // SAFETY: This claim holds the MR's, and maps it once: nothing
+        // else maps it while the registration lives.
+        unsafe { self.mr.slot.map(sg) }
+    }
+
+    /// Posts the command `p`, once (`EBUSY` after). On error, says whether
+    /// the registration went out.
+    pub(crate) fn post(&self, p: &CmdPost<'_>) -> core::result::Result<(), CmdRefused> {
+        let refused = |err| CmdRefused {
+            err,
+            reg_posted: false,
+        };
+        if self.posted.replace(true) {
+            return Err(refused(EBUSY));
+        }
+        let conn = self.conn;
+        if conn.qp_destroyed {
+            return Err(refused(ENOTCONN));
+        }
+        // SAFETY: Only the holder of the slot's MR claim (this value, which
+        // posts once) reaches the requests (type invariant of `CmdSlot`).
+        let w = unsafe { &mut *self.slot.wrs.get() };
+        let signaled = match &p.send {
+            CmdSend::Inline { bytes, signaled } => {
+                if bytes.is_empty() || bytes.len() > conn.max_inline as usize {
+                    return Err(refused(EINVAL));
+                }
+                w.sge[0] = bindings::ib_sge {
+                    // Inline data is named by its kernel virtual address,
+                    // which the provider copies from while posting.
+                    addr: bytes.as_ptr() as u64,
+                    // CAST: at most `max_inline` bytes, a u32.
+                    length: bytes.len() as u32,
+                    lkey: conn.pd.local_dma_lkey(),
+                };
+                w.send.num_sge = 1;
+                let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
+                if *signaled {
+                    flags |= bindings::ib_send_flags_IB_SEND_SIGNALED;
+                }
+                // CAST: the flags fit an int.
+                w.send.send_flags = flags as c_int;
+                *signaled
+            }
+            CmdSend::Buffered { hdr, data } => {
+                let buf = self.slot.hdr.as_ref().ok_or(refused(EINVAL))?;
+                // The tag is held: the device no longer reads the buffer.
+                buf.write(0, hdr).map_err(refused)?;
+                w.sge[0] = bindings::ib_sge {
+                    addr: buf.addr,
+                    // CAST: no longer than the buffer, checked by `write`.
+                    length: hdr.len() as u32,
+                    lkey: conn.pd.local_dma_lkey(),
+                };
+                w.send.num_sge = 1;
+                if let Some(d) = data {
+                    // Memory this device may read, and not a buffer (which
+                    // the tag would have to keep).
+                    if d.dev != conn.pd.device_ptr() || !d.to_device || d.buf.is_some() {
+                        return Err(refused(EINVAL));
+                    }
+                    w.sge[1] = d.raw();
+                    w.send.num_sge = 2;
+                }
+                // CAST: the flag fits an int.
+                w.send.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                true
+            }
+        };
+        let unsig = (&raw const conn.unsignaled.cqe).cast_mut();
+        let cqe = if signaled {
+            (&raw const self.tag.cqe).cast_mut()
+        } else {
+            unsig
+        };
+        // SAFETY: Writing the `wr_cqe` member of the union.
+        unsafe { *w.send.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
+        let s = self.mr.slot;
+        // The MR's state before the chain, restored for what is not posted.
+        let (was_valid, was_rkey) = (
+            s.valid.load(Ordering::Acquire),
+            s.reg_rkey.load(Ordering::Acquire),
+        );
+        let mut first: *const bindings::ib_send_wr = &raw const w.send;
+        let mut inv = false;
+        if let Some((reg, access)) = &p.reg {
+            // A mapping of this slot's MR, made by this claim (the claim
+            // is borrowed by it): its key is still the MR's.
+            if !reg.mr.is_some_and(|m| core::ptr::eq(m, s)) {
+                return Err(refused(EINVAL));
+            }
+            w.reg.key = reg.rkey;
+            let remote = match access {
+                Access::Local => 0,
+                Access::RemoteRead => bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+                Access::RemoteWrite => bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+            };
+            // CAST: the access flags fit an int.
+            w.reg.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
+            first = &raw const w.reg.wr;
+            if was_valid {
+                // A registration the peer was given stays valid until
+                // invalidated: it goes before the MR is registered anew.
+                // SAFETY: Writing the `invalidate_rkey` member of the union.
+                unsafe { *w.inv.ex.invalidate_rkey.as_mut() = was_rkey };
+                first = &raw const w.inv;
+                inv = true;
+            }
+            // Published before the post: a completion racing it sees them.
+            s.reg_rkey.store(reg.rkey, Ordering::Release);
+            s.valid.store(true, Ordering::Release);
+        }
+        // Fault injection: the provider refuses the chain's last request
+        // (the SEND), so that a chain of several goes out in part.
+        let refuse_send = fault::hit(Site::PostSend);
+        if refuse_send {
+            if p.reg.is_none() {
+                return Err(refused(EIO));
+            }
+            w.reg.wr.next = null_mut();
+        }
+        let mut bad = core::ptr::null();
+        // SAFETY: The QP is valid (not destroyed: checked above, and
+        // `destroy_qp` needs `&mut` of the connection this claim
+        // borrows); the chain's requests, the inline bytes, the header
+        // buffer (the slot's, kept by the connection) and the MR outlive
+        // the call; providers copy work requests, and inline data, when
+        // posting. Each request's `num_sge` entries were written above.
+        let r = to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
+        if refuse_send {
+            w.reg.wr.next = &raw mut w.send;
+        }
+        let reg_posted = match r {
+            Ok(()) if !refuse_send => {
+                if signaled {
+                    // The completion releases the tag.
+                    self.tag_held.set(false);
+                }
+                return Ok(());
+            }
+            Ok(()) => true,
+            // What went out before the request refused keeps its effects.
+            Err(_) => p.reg.is_some() && bad == (&raw const w.send),
+        };
+        let inv_posted = inv && (reg_posted || bad == (&raw const w.reg.wr));
+        if p.reg.is_some() && !reg_posted {
+            s.reg_rkey.store(was_rkey, Ordering::Release);
+            s.valid.store(was_valid && !inv_posted, Ordering::Release);
+        }
+        Err(CmdRefused {
+            err: r.err().unwrap_or(EIO),
+            reg_posted,
+        })
+    }
+}
+
+impl<H: CmHandler + QpHandler> Drop for CmdClaim<'_, H> {
+    fn drop(&mut self) {
+        if self.tag_held.get() {
+            // INVARIANT: the tag is given back once, by its holder.
+            self.tag.release();
+        }
+        // The MR's claim goes with `mr`.
+    }
+}
