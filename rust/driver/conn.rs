@@ -6,8 +6,9 @@
 pub(crate) use super::failure::Failure;
 use super::{
     device::DevUse,
-    res::{Bufs, Res, CTRL_TX},
+    res::{Bufs, Res},
     stats::Counters,
+    tags::TagMap,
     Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RELEASES, RESOLVE_TIMEOUT_MS,
 };
 use crate::{
@@ -463,7 +464,12 @@ impl IserConn {
             recv_tags: sizing.max_recv_wr,
             // Control buffers, task slots, Data-Out headers, and one
             // signaled LOCAL_INV per MR.
-            send_tags: CTRL_TX + sizing.max_cmds + n_dataout + sizing.max_cmds,
+            send_tags: TagMap {
+                cmds: sizing.max_cmds,
+                dataouts: n_dataout,
+            }
+            .count()
+            .ok_or(EINVAL)?,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
             // CAST: a small constant.
