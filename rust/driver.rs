@@ -26,6 +26,7 @@ mod recv;
 mod res;
 mod send;
 mod stats;
+mod tags;
 
 use crate::{
     iscsi::{
@@ -516,6 +517,33 @@ mod tests {
         assert!(!memory::keeps_tmf(Scope::Lun(lun), words(w2)));
         assert!(memory::keeps_tmf(Scope::All, words(w2)));
         Ok(())
+    }
+
+    #[test]
+    fn each_send_tag_is_one_thing_and_back() {
+        use tags::{SendTag, TagMap, CTRL_TX};
+        let m = TagMap {
+            cmds: 4,
+            dataouts: 3,
+        };
+        assert_eq!(m.count(), Some(CTRL_TX + 4 + 3 + 4));
+        let all = m.count().unwrap_or(0);
+        for tag in 0..all {
+            let k = m.kind(tag);
+            assert!(k.is_some());
+            assert_eq!(k.map(|k| m.tag(k)), Some(tag));
+        }
+        assert_eq!(m.kind(all), None);
+        assert_eq!(m.kind(0), Some(SendTag::Ctrl(0)));
+        assert_eq!(m.kind(CTRL_TX), Some(SendTag::Slot(0)));
+        assert_eq!(m.kind(CTRL_TX + 4), Some(SendTag::DataOut(0)));
+        assert_eq!(m.kind(CTRL_TX + 7), Some(SendTag::Inv(0)));
+        assert_eq!(m.kind(CTRL_TX + 10), Some(SendTag::Inv(3)));
+        let huge = TagMap {
+            cmds: u32::MAX / 2,
+            dataouts: 2,
+        };
+        assert_eq!(huge.count(), None);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 pub(crate) use super::failure::Failure;
 use super::{
     device::DevUse,
-    res::{Bufs, Res, CTRL_TX},
+    res::{Bufs, Res},
     stats::Counters,
+    tags::{SendTag, TagMap},
     Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RELEASES, RESOLVE_TIMEOUT_MS,
 };
 use crate::{
@@ -457,19 +458,23 @@ impl IserConn {
                 return Err(e);
             }
         };
+        let tag_map = TagMap {
+            cmds: sizing.max_cmds,
+            dataouts: n_dataout,
+        };
         let conn_caps = ConnCaps {
             max_send_wr: sizing.max_send_wr,
             max_recv_wr: sizing.max_recv_wr,
             recv_tags: sizing.max_recv_wr,
             // Control buffers, task slots, Data-Out headers, and one
             // signaled LOCAL_INV per MR.
-            send_tags: CTRL_TX + sizing.max_cmds + n_dataout + sizing.max_cmds,
+            send_tags: tag_map.count().ok_or(EINVAL)?,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
             // CAST: a small constant.
             max_inline: HEADERS_LEN as u32,
             cmd_slots: sizing.max_cmds,
-            cmd_tag_base: CTRL_TX,
+            cmd_tag_base: tag_map.tag(SendTag::Slot(0)),
         };
         let conn = match Connection::new(id, pd, cq, conn_caps) {
             Ok(c) => c,
@@ -488,7 +493,11 @@ impl IserConn {
         // slot's buffered SENDs fail to post.
         for (i, h) in (0..).zip(bufs.tx_hdrs.iter()) {
             if let Err(e) = conn.give_cmd_header(i, h.clone()) {
-                pr_err!("cannot give command slot {} its header buffer: {:?}\n", i, e);
+                pr_err!(
+                    "cannot give command slot {} its header buffer: {:?}\n",
+                    i,
+                    e
+                );
             }
         }
         let mut private = [0u8; ISER_CM_HDR_LEN];

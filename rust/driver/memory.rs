@@ -17,6 +17,7 @@
 use super::{
     conn::{Failure, IserConn},
     res::Res,
+    tags::SendTag,
     Iser,
 };
 use crate::{
@@ -397,7 +398,7 @@ impl Res {
         self.conn
             .post_send(SendOp::LocalInv {
                 mr: idx,
-                tag: Some(self.inv_tag(idx)),
+                tag: Some(self.tag(SendTag::Inv(idx))),
             })
             .map_err(|e| {
                 pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);

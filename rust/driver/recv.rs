@@ -7,7 +7,8 @@
 use super::{
     conn::{Failure, IserConn},
     memory::Done,
-    res::{Res, CTRL_TX},
+    res::Res,
+    tags::SendTag,
     ASYNC_PER_SEC, ITT_INDEX_MASK,
 };
 use crate::{
@@ -301,39 +302,38 @@ impl QpHandler for IserConn {
             // after the QP and MRs are destroyed.
             return;
         };
-        let cmds = res.cmds();
-        let inv_base = res.inv_tag(0);
-        let dataout_base = CTRL_TX + cmds;
         fault::delay_send_done();
         // A failed completion is no event of the command: the connection
         // fails, and the teardown ends the command after the drain.
-        let ev = if tag >= inv_base {
-            wc.ok()
-                .then(|| res.slot_event(tag - inv_base, slot::inv_done))
-        } else if tag >= dataout_base {
-            let i = tag - dataout_base;
-            let owner = res
-                .dataout_owner
-                .get(i as usize)
-                .map(|o| o.load(Ordering::Acquire));
-            let ev = owner
-                .filter(|_| wc.ok())
-                .map(|idx| res.slot_event(idx, slot::data_out_done));
-            // The header is free once the tag is: the device read it.
-            done.release();
-            // The list has room for every header: it was made with all.
-            let _ = res.dataout_free.lock().push(i, GFP_ATOMIC);
-            res.dataout_avail.fetch_add(1, Ordering::AcqRel);
-            return self.after_events(&res, ev);
-        } else if Self::command_send(&res, tag) {
-            wc.ok()
-                .then(|| res.slot_event(tag - CTRL_TX, slot::send_done))
-        } else {
+        let ev = match res.tags.kind(tag) {
+            Some(SendTag::Inv(idx)) => wc.ok().then(|| res.slot_event(idx, slot::inv_done)),
+            Some(SendTag::DataOut(i)) => {
+                // The header is free once the tag is: the device read it.
+                done.release();
+                let owner = res.dataouts.done(i);
+                let ev = owner
+                    .filter(|_| wc.ok())
+                    .map(|idx| res.slot_event(idx, slot::data_out_done));
+                return self.after_events(&res, ev);
+            }
+            // A command SEND: nothing else is posted on a slot's tag while
+            // its command waits for that (a command's non-inline SEND needs
+            // an idle tag, and its task holds the slot).
+            Some(SendTag::Slot(idx))
+                if res
+                    .slots
+                    .get(idx as usize)
+                    .is_some_and(|s| s.word().send_due()) =>
+            {
+                wc.ok().then(|| res.slot_event(idx, slot::send_done))
+            }
             // A control PDU's, or an inline command's signaled SEND.
-            let r = res.track.lock().send_completed(tag, Some(done.post()));
-            done.release();
-            drop(r);
-            return self.after_events(&res, None);
+            _ => {
+                let r = res.track.lock().send_completed(tag, Some(done.post()));
+                done.release();
+                drop(r);
+                return self.after_events(&res, None);
+            }
         };
         // The tag is free for the slot's next SEND before the command may
         // complete (and its slot be reused).
@@ -343,16 +343,6 @@ impl QpHandler for IserConn {
 }
 
 impl IserConn {
-    /// Whether a completion on `tag` is a command SEND's: a slot's tag
-    /// whose word awaits its SEND. Nothing else is posted on a slot's tag
-    /// while its command waits for that (a command's non-inline SEND needs
-    /// an idle tag, and its task holds the slot).
-    fn command_send(res: &Res, tag: u32) -> bool {
-        tag.checked_sub(CTRL_TX)
-            .and_then(|idx| res.slots.get(idx as usize))
-            .is_some_and(|s| s.word().send_due())
-    }
-
     /// What the events of a completion leave to do: the connection's
     /// failure, the reference of a command they ended, a held TMF
     /// Response they released.

@@ -7,6 +7,7 @@ use super::{
     conn::IserConn,
     device::DevUse,
     memory::{Slot, Track},
+    tags::{DataOutPool, SendTag, TagMap, CTRL_TX},
     LOGIN_DATA,
 };
 use crate::{
@@ -60,16 +61,11 @@ pub(super) struct Res {
     pub(super) ctrl_tx: KVec<Arc<DmaBuf>>,
     /// One header buffer per task slot: command and control PDUs.
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
-    /// Header buffers of unsolicited Data-Out PDUs, and the free ones.
+    /// Header buffers of unsolicited Data-Out PDUs, and which are free.
     pub(super) dataout: KVec<Arc<DmaBuf>>,
-    pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
-    /// By Data-Out header: the task slot of the command whose Data-Out it
-    /// carries, written before each post, read by its completion.
-    pub(super) dataout_owner: KVec<AtomicU32>,
-    /// Free Data-Out headers not reserved by a command being sent: a WRITE
-    /// reserves all it needs before anything of it is posted. Taken by
-    /// `xmit_task`, given back by it and by send completions (softirq).
-    pub(super) dataout_avail: AtomicU32,
+    pub(super) dataouts: DataOutPool,
+    /// What each send tag carries.
+    pub(super) tags: TagMap,
     /// How many full-feature receives (tags `1..=n`) were given their
     /// buffers; set once, before the last login request is sent.
     pub(super) ff_recvs: SetOnce<u32>,
@@ -122,8 +118,8 @@ pub(super) struct Bufs {
     pub(super) login_rx: Option<RecvBuf>,
     pub(super) tx_hdrs: KVec<Arc<DmaBuf>>,
     pub(super) dataout: KVec<Arc<DmaBuf>>,
-    pub(super) dataout_free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
-    pub(super) dataout_owner: KVec<AtomicU32>,
+    pub(super) dataouts: DataOutPool,
+    pub(super) tags: TagMap,
     pub(super) slots: KVec<Slot>,
     pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
 }
@@ -137,18 +133,14 @@ impl Bufs {
             }
             Ok(v)
         };
-        let mut dataout_free = KVec::with_capacity(n_dataout as usize, GFP_KERNEL)?;
-        for i in (0..n_dataout).rev() {
-            dataout_free.push(i, GFP_KERNEL)?;
-        }
-        let track = Track::new(CTRL_TX + cmds + n_dataout)?;
+        let tags = TagMap {
+            cmds,
+            dataouts: n_dataout,
+        };
+        let track = Track::new(tags.tag(SendTag::DataOut(n_dataout)))?;
         let mut slots = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
         for _ in 0..cmds {
             slots.push(Slot::new(), GFP_KERNEL)?;
-        }
-        let mut dataout_owner = KVec::with_capacity(n_dataout as usize, GFP_KERNEL)?;
-        for _ in 0..n_dataout {
-            dataout_owner.push(AtomicU32::new(0), GFP_KERNEL)?;
         }
         let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
         for _ in 0..CTRL_TX {
@@ -162,8 +154,8 @@ impl Bufs {
             login_rx: Some(RecvBuf::new(dev, HEADERS_LEN + LOGIN_DATA)?),
             tx_hdrs: headers(cmds)?,
             dataout: headers(n_dataout)?,
-            dataout_free: KBox::pin_init(new_spinlock_irq!(dataout_free), GFP_KERNEL)?,
-            dataout_owner,
+            dataouts: DataOutPool::new(n_dataout)?,
+            tags,
             slots,
             track: KBox::pin_init(new_spinlock_irq!(track), GFP_KERNEL)?,
         })
@@ -188,10 +180,9 @@ impl Res {
             sizing,
             ctrl_tx: b.ctrl_tx,
             tx_hdrs: b.tx_hdrs,
-            dataout_avail: AtomicU32::new(u32::try_from(b.dataout.len()).unwrap_or(0)),
+            tags: b.tags,
             dataout: b.dataout,
-            dataout_free: b.dataout_free,
-            dataout_owner: b.dataout_owner,
+            dataouts: b.dataouts,
             slots: b.slots,
             track: b.track,
             tmf_held: AtomicBool::new(false),
@@ -207,33 +198,10 @@ impl Res {
     }
 }
 
-/// Send tags `0..CTRL_TX` are the control buffers, then one per task slot,
-/// then the Data-Out headers. Two control buffers: iscsid sends the next
-/// login or text request as soon as the answer to the previous one
-/// arrives, which can be before the completion of that request's SEND has
-/// been reaped (the receive and the send complete on the same CQ, in
-/// either order).
-pub(super) const CTRL_TX: u32 = 2;
-
 impl Res {
-    pub(super) fn task_tag(idx: u32) -> u32 {
-        CTRL_TX + idx
-    }
-
-    /// Commands (task slots) of the connection.
-    pub(super) fn cmds(&self) -> u32 {
-        // CAST: the vectors were sized from u32 counts.
-        self.tx_hdrs.len() as u32
-    }
-
-    pub(super) fn dataout_tag(&self, i: u32) -> u32 {
-        CTRL_TX + self.cmds() + i
-    }
-
-    /// The tag of MR `idx`'s signaled LOCAL_INV.
-    pub(super) fn inv_tag(&self, idx: u32) -> u32 {
-        // CAST: as in `cmds`.
-        CTRL_TX + self.cmds() + self.dataout.len() as u32 + idx
+    /// The number of send tag `t`.
+    pub(super) fn tag(&self, t: SendTag) -> u32 {
+        self.tags.tag(t)
     }
 
     pub(super) fn headers(iser: IserHeader, bhs: &Bhs) -> Result<[u8; HEADERS_LEN]> {

@@ -6,7 +6,8 @@
 use super::{
     conn::Failure,
     memory::{SendRef, Track},
-    res::{Res, CTRL_TX},
+    res::Res,
+    tags::{Reserved, SendTag, CTRL_TX},
     Iser, LOGIN_DATA,
 };
 use crate::{
@@ -61,7 +62,7 @@ impl Res {
         let free = |tag: u32| {
             self.conn.send_tag_idle(tag) && t.puts.get(tag as usize).is_some_and(Option::is_none)
         };
-        let own = Self::task_tag(idx);
+        let own = self.tag(SendTag::Slot(idx));
         if data_len == 0 && free(own) {
             return Ok((own, self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?));
         }
@@ -216,18 +217,10 @@ impl Res {
             CmdSend::Buffered { hdr: &hdrs, data }
         };
         // Reserve the Data-Out headers first: once the command is posted,
-        // its Data-Outs must go out.
+        // its Data-Outs must go out. Given back when `reserved` goes, as
+        // far as they were not taken.
         let dataouts = plan.dataouts;
-        if dataouts > 0
-            && self
-                .dataout_avail
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
-                    a.checked_sub(dataouts)
-                })
-                .is_err()
-        {
-            return Err(EAGAIN);
-        }
+        let reserved = self.dataouts.reserve(dataouts).ok_or(EAGAIN)?;
         // The command's MR is registered by the post.
         let uses_mr = plan.key == Key::Mr;
         // Whether the target is given a key it can use until it is
@@ -248,10 +241,7 @@ impl Res {
             key,
             hold: !plan.inline || key != slot::Key::None || dataouts > 0,
         };
-        if let Err(e) = self.hold_command(task, &bhs, &post) {
-            self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
-            return Err(e);
-        }
+        self.hold_command(task, &bhs, &post)?;
         // What a registration lets the target do: a write whose data all
         // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
         // MR no remote access. Otherwise the target holds an rkey it can use
@@ -267,14 +257,15 @@ impl Res {
         };
         if let Err(r) = claim.post(&cmd) {
             return self
-                .not_posted(idx, r.err, dataouts, remote_key && r.reg_posted)
+                .not_posted(idx, r.err, remote_key && r.reg_posted)
                 .map(|broken| (plan.key == Key::GlobalRkey, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
         trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
-        let broken = match (reg, dataouts > 0) {
-            (Some(r), true) => self.send_dataouts(task, &r, dataouts),
-            _ => None,
+        let broken = if dataouts > 0 {
+            self.send_dataouts(task, reg.as_ref(), reserved)
+        } else {
+            None
         };
         Ok((plan.key == Key::GlobalRkey, broken))
     }
@@ -288,18 +279,12 @@ impl Res {
     }
 
     /// Undoes what `send_command` set up for a command the provider
-    /// refused (`e`): the Data-Out headers reserved, and the slot's word.
+    /// refused (`e`): the slot's word (the Data-Out headers reserved go
+    /// back with the reservation).
     /// Says why the connection must fail when the registration of a key
     /// for the target (`key_posted`) went out without its command.
     #[cold]
-    fn not_posted(
-        &self,
-        idx: u32,
-        e: Error,
-        dataouts: u32,
-        key_posted: bool,
-    ) -> Result<Option<Failure>> {
-        self.dataout_avail.fetch_add(dataouts, Ordering::AcqRel);
+    fn not_posted(&self, idx: u32, e: Error, key_posted: bool) -> Result<Option<Failure>> {
         // The target never got the key, but keys are guessable, and it
         // stays valid until invalidated: the command keeps its word (and
         // reference), and is reported sent: the connection fails (the
@@ -318,37 +303,32 @@ impl Res {
     }
 
     /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
-    /// posted, with the `reserved` headers its sender set aside (and its
-    /// slot's word counts). Nothing can be taken back now: a failure fails
-    /// the connection (libiscsi recovers the command) instead of returning
-    /// an error that would requeue it. The command's reference holds its
-    /// data mapped until the last Data-Out's SEND completed.
+    /// posted, with the headers `reserved` for it (which its slot's word
+    /// counts) through its registration `r`. Nothing can be taken back now:
+    /// a failure fails the connection (libiscsi recovers the command)
+    /// instead of returning an error that would requeue it. The command's
+    /// reference holds its data mapped until the last Data-Out's SEND
+    /// completed.
     pub(super) fn send_dataouts(
         &self,
         task: &XmitTask<'_, Iser>,
-        r: &Registration<'_>,
-        reserved: u32,
+        r: Option<&Registration<'_>>,
+        mut reserved: Reserved<'_>,
     ) -> Option<Failure> {
         let idx = task.index();
-        let mut left = reserved;
         let failed = loop {
             let Some(d) = task.next_data_out() else {
                 break None;
             };
-            if left == 0 {
+            if reserved.left() == 0 {
                 task.data_out_failed();
                 break Some(Failure::DataOutExcess);
             }
-            let Some(slot) = self.dataout_free.lock().pop() else {
+            let (Some(r), Some(h)) = (r, reserved.take(idx)) else {
                 task.data_out_failed();
                 break Some(Failure::NoDataOutHeader);
             };
-            left -= 1;
-            let tag = self.dataout_tag(slot);
-            if let Some(o) = self.dataout_owner.get(slot as usize) {
-                o.store(idx, Ordering::Release);
-            }
-            let buf = &self.dataout[slot as usize];
+            let buf = &self.dataout[h as usize];
             let sent = Self::headers(IserHeader::default(), &Bhs(d.bhs))
                 .and_then(|hdrs| buf.write(0, &hdrs))
                 .and_then(|()| {
@@ -360,27 +340,28 @@ impl Res {
                         r.sge(d.offset, d.len)?,
                     ];
                     self.conn.post_send(SendOp::Send {
-                        tag,
+                        tag: self.tag(SendTag::DataOut(h)),
                         sges: &sges,
                         keep: Some(buf),
                     })
                 });
             if sent.is_err() {
-                let _ = self.dataout_free.lock().push(slot, GFP_ATOMIC);
-                left += 1;
+                reserved.untake(h);
                 task.data_out_failed();
                 break Some(Failure::DataOutPost);
             }
             trace::pdu_sent(self.trace_id, &d.bhs, 0);
             task.data_out_sent(&d);
         };
+        let left = reserved.left();
         if left == 0 {
             return failed;
         }
-        // Give back what was reserved and not used: the headers, and the
-        // word's count (the command's LOCAL_INV may be due now).
-        self.dataout_avail.fetch_add(left, Ordering::AcqRel);
+        // What was reserved and not used: the word's count first (the
+        // command's LOCAL_INV may be due now), then the headers, with the
+        // reservation.
         let done = self.slot_event(idx, |w| slot::data_outs_unsent(w, left));
+        drop(reserved);
         // libiscsi's own reference is held while the task is sent.
         drop(done.task);
         failed.or(done.failure)

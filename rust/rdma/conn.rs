@@ -44,16 +44,14 @@ mod wr;
 pub(crate) use super::device::DeviceRef;
 pub(crate) use crate::sg::DmaDir;
 use crate::sg::SgMapping;
-pub(crate) use cmd::{CmdPost, CmdSend};
 use cmd::CmdSlot;
+pub(crate) use cmd::{CmdPost, CmdSend};
 pub(crate) use dma::{DmaBuf, DmaSg};
 use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{Received, RecvBuf};
-pub(crate) use wr::{
-    Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, UNSIGNALED_TAG,
-};
+pub(crate) use wr::{Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, UNSIGNALED_TAG};
 use wr::{DoneFn, Tag};
 
 /// The queue sizes and resources of a [`Connection`].
@@ -467,7 +465,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 unsafe { *wr.ex.invalidate_rkey.as_mut() = rkey };
                 t
             }
-            SendOp::Send { tag, sges: list, keep } => {
+            SendOp::Send {
+                tag,
+                sges: list,
+                keep,
+            } => {
                 let t = self.send_tags.get(tag as usize).ok_or(EINVAL)?;
                 if list.is_empty() || list.len() > 2 {
                     return Err(EINVAL);
@@ -508,9 +510,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `destroy_qp` needs `&mut self`); the request and the MR it names
         // outlive the call; its `num_sge` entries of `sges` were written
         // above.
-        let r = to_result(unsafe {
-            bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad)
-        });
+        let r = to_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad) });
         if r.is_err() {
             Self::not_taken(tag, inv_before);
         }

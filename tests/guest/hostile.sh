@@ -387,14 +387,14 @@ ffp() {
 	late-write)
 		# The response came by plain SEND (no remote invalidation):
 		# the READ's rkey must be invalid once the READ completed.
-		check "$mode: the READ's rkey, 50 ms after its response, is refused" evil_late ffp write
+		check "$mode: the READ's rkey, 500 ms after its response, is refused" evil_late ffp write
 		;;
 	late-read)
-		check "$mode: the WRITE's STag, 50 ms after its response, is refused" evil_late ffp read
+		check "$mode: the WRITE's STag, 500 ms after its response, is refused" evil_late ffp read
 		;;
 	late-abort)
 		check "$mode: the timed-out READ was aborted (ABORT TASK answered)" evil_tmf ffp "1$"
-		check "$mode: its rkey, 50 ms after the abort's answer, is refused" evil_late ffp write
+		check "$mode: its rkey, 500 ms after the abort's answer, is refused" evil_late ffp write
 		;;
 	tmf-spoof)
 		# The READ's ABORT TASK answered with the ITT of the initiator's
@@ -402,19 +402,19 @@ ffp() {
 		# libiscsi would take it for the TMF's answer.
 		check "$mode: the timed-out READ was aborted (ABORT TASK answered with the ping's ITT)" \
 			evil_says ffp "^evil: tmf-spoof: ABORT TASK itt 0x[0-9a-f]+ answered with the ping's itt"
-		check "$mode: its rkey, 50 ms after the spoofed answer, is refused" \
+		check "$mode: its rkey, 500 ms after the spoofed answer, is refused" \
 			evil_late_denied ffp write
 		;;
 	tmf-dup)
 		check "$mode: the timed-out READ was aborted (ABORT TASK answered twice)" \
 			evil_says ffp "^evil: tmf-dup: ABORT TASK itt 0x[0-9a-f]+ answered twice"
-		check "$mode: its rkey, 50 ms after the answers, is refused" \
+		check "$mode: its rkey, 500 ms after the answers, is refused" \
 			evil_late_denied ffp write
 		;;
 	itt-junk)
 		# The READ's data, then its response by plain SEND with junk in
 		# ITT bits 13-23: libiscsi would complete the READ on it.
-		check "$mode: the READ's rkey, 50 ms after the junk-ITT response, is refused" \
+		check "$mode: the READ's rkey, 500 ms after the junk-ITT response, is refused" \
 			evil_late_denied ffp write
 		;;
 	logout-ping)

@@ -22,13 +22,13 @@
  * that READ. With every mode shown the target behaves. Each firing prints
  * "evil: fired MODE" on stdout, which the test waits for.
  *
- * late-write, late-read and late-abort use a command's STag 50 ms after the
- * command ended (answered by plain SEND, or aborted): an RDMA WRITE with a
+ * late-write, late-read and late-abort use a command's STag LATE_MS (500 ms)
+ * after the command ended (answered by plain SEND, or aborted): an RDMA WRITE with a
  * READ's rkey, an RDMA READ with a WRITE's; the target prints whether the
  * initiator refused it ("evil: late write refused (status N: ...)") or let
  * it through ("evil: late write completed"), which no initiator may.
  * tmf-spoof, tmf-dup and itt-junk end the trigger READ with an answer that
- * is not its own, and try its rkey the same way 50 ms after it. tmf-spoof
+ * is not its own, and try its rkey the same way LATE_MS after it. tmf-spoof
  * and tmf-dup leave the READ unanswered until its ABORT TASK, as late-abort
  * does; tmf-spoof holds the initiator's NOP-Out pings meanwhile and answers
  * the ABORT TASK with the last held ping's ITT (libiscsi takes a TMF
@@ -174,7 +174,16 @@ struct pend {
 	bool late;		/* late-read: plain SEND, then read it again */
 };
 
-/* An RDMA access with a command's old STag, made 50 ms after its end. */
+/*
+ * How long after a command's end its old STag is tried: long enough that an
+ * initiator starved of CPU (a guest under TCG on a loaded host took over
+ * 50 ms to handle a response) has handled the end, so that a STag still
+ * valid then is its bug and not its slowness; short enough that the task
+ * slot's MR is not registered 256 times meanwhile (rkeys wrap at 256).
+ */
+#define LATE_MS 500
+
+/* An RDMA access with a command's old STag, made LATE_MS after its end. */
 struct late {
 	bool on;
 	bool posted;		/* posted, its completion not seen yet */
@@ -841,7 +850,7 @@ static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
 }
 
 /*
- * late-write, late-read, late-abort, tmf-spoof, tmf-dup, itt-junk: 50 ms
+ * late-write, late-read, late-abort, tmf-spoof, tmf-dup, itt-junk: LATE_MS
  * from now, use a STag the initiator gave for a command that has ended
  * since (an RDMA WRITE of the bytes at disk offset src, or an RDMA READ
  * into scratch memory).
@@ -853,9 +862,9 @@ static void late_arm(struct conn *c, bool write, uint32_t rkey, uint64_t va, uin
 		.on = true, .write = write, .rkey = rkey, .va = va,
 		.len = len < LATE_MAX ? len : LATE_MAX, .src = src,
 	};
-	ts_after(&c->late.due, 50);
-	printf("evil: late %s armed: rkey 0x%08x va 0x%llx, %u bytes, in 50 ms\n",
-	       write ? "write" : "read", rkey, (unsigned long long)va, c->late.len);
+	ts_after(&c->late.due, LATE_MS);
+	printf("evil: late %s armed: rkey 0x%08x va 0x%llx, %u bytes, in %d ms\n",
+	       write ? "write" : "read", rkey, (unsigned long long)va, c->late.len, LATE_MS);
 	fflush(stdout);
 }
 
@@ -1352,7 +1361,7 @@ static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
 /* A SCSI command: a tiny disk. Returns after the response is posted. */
 /*
  * A WRITE's data is all in the disk: answer it. late-read: with a plain
- * SEND, and RDMA-READ its write STag again 50 ms later.
+ * SEND, and RDMA-READ its write STag again LATE_MS later.
  */
 static void write_done(struct conn *c, struct pend *pe)
 {
@@ -1908,7 +1917,7 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 			break;
 		if (!held)
 			break;
-		/* The aborted READ's rkey, 50 ms from now. */
+		/* The aborted READ's rkey, LATE_MS from now. */
 		c->abort_wait = false;
 		if (am == M_TMF_SPOOF && c->ping_held)
 			printf("evil: tmf-spoof: ABORT TASK itt 0x%08x answered with the ping's itt 0x%08x\n",

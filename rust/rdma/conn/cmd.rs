@@ -325,7 +325,8 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         // buffer (the slot's, kept by the connection) and the MR outlive
         // the call; providers copy work requests, and inline data, when
         // posting. Each request's `num_sge` entries were written above.
-        let r = to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
+        let r =
+            to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
         if refuse_send {
             w.reg.wr.next = &raw mut w.send;
         }
