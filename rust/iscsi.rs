@@ -601,4 +601,19 @@ mod tests {
         assert_eq!(other_kind, 0);
         assert_eq!(negative, 0);
     }
+
+    #[test]
+    fn clamped_value_is_decimal_and_terminated() {
+        for (v, want) in [
+            (0, &b"0"[..]),
+            (7, b"7"),
+            (65536, b"65536"),
+            (u32::MAX, b"4294967295"),
+        ] {
+            let mut out = [0xffu8; 12];
+            let n = transport::conn::fmt_u32(v, &mut out);
+            assert_eq!(&out[..n], want);
+            assert_eq!(out[n], 0);
+        }
+    }
 }

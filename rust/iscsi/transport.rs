@@ -3,7 +3,7 @@
 //! The `iscsi_transport` registration and its C callbacks, by what they
 //! act on: endpoints, sessions, connections, tasks.
 
-mod conn;
+pub(super) mod conn;
 pub(super) mod endpoint;
 mod session;
 mod tasks;

@@ -302,12 +302,13 @@ pub(super) unsafe extern "C" fn set_param_callback<T: TransportOps>(
 }
 
 /// Writes `v` in decimal and a NUL into `out`; the length without the NUL.
-pub(super) fn fmt_u32(v: u32, out: &mut [u8; 12]) -> usize {
-    let mut digits = [0u8; 10];
-    let d = crate::proto::login::decimal(v, &mut digits);
-    out[..d.len()].copy_from_slice(d);
-    out[d.len()] = 0;
-    d.len()
+pub(in crate::iscsi) fn fmt_u32(v: u32, out: &mut [u8; 12]) -> usize {
+    let mut f = kernel::str::Formatter::new(&mut out[..11]);
+    // Ten digits at most: it fits the eleven bytes.
+    let _ = core::fmt::Write::write_fmt(&mut f, format_args!("{v}"));
+    let n = f.bytes_written().min(11);
+    out[n] = 0;
+    n
 }
 
 /// # Safety
