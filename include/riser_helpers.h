@@ -54,6 +54,9 @@ struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *con
 struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session);
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task);
 bool riser_iscsi_put_task_not_last(struct iscsi_task *task);
+struct iscsi_conn;
+void riser_iscsi_back_lock(struct iscsi_conn *conn);
+void riser_iscsi_back_unlock(struct iscsi_conn *conn);
 /*
  * The context rust/iscsi checks before it takes libiscsi's session locks:
  * transport callbacks that libiscsi calls under them mark the CPU (with

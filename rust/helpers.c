@@ -135,6 +135,17 @@ bool riser_iscsi_put_task_not_last(struct iscsi_task *task)
 	return refcount_dec_not_one(&task->refcount);
 }
 
+/* The session's back_lock, which iscsi_itt_to_ctask() wants held. */
+void riser_iscsi_back_lock(struct iscsi_conn *conn)
+{
+	spin_lock(&conn->session->back_lock);
+}
+
+void riser_iscsi_back_unlock(struct iscsi_conn *conn)
+{
+	spin_unlock(&conn->session->back_lock);
+}
+
 /* How deep this CPU is in transport callbacks run under libiscsi's locks. */
 static DEFINE_PER_CPU(unsigned int, riser_iscsi_locked);
 

@@ -214,9 +214,9 @@ impl Res {
     }
 
     /// Publishes a command about to be posted on its slot (`p`, its BHS
-    /// `bhs`), with the
-    /// one reference it holds while something beyond its response is
-    /// pending (`p.hold`), taken first.
+    /// `bhs`). With `p.hold` (the conservative variant of `proto::slot`,
+    /// which the send path does not use: the response takes a reference
+    /// when one is needed), the command's one reference is taken first.
     pub(super) fn hold_command(&self, task: &Task<'_, Iser>, bhs: &Bhs, p: &slot::Post) -> Result {
         let idx = task.index();
         let s = self.slots.get(idx as usize).ok_or(EINVAL)?;
@@ -323,6 +323,7 @@ impl Res {
         idx: u32,
         pdu: &RxPdu,
         invalidated: Option<u32>,
+        task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> core::result::Result<Option<TaskRef>, Failure> {
         let Some(s) = self.slots.get(idx as usize) else {
             return match invalidated {
@@ -337,23 +338,78 @@ impl Res {
             rkey: self.conn.mr_rkey(idx).unwrap_or(0),
             remote_inv: self.remote_inv,
         };
+        // A command that still waits for something past its response (its
+        // SEND's or a Data-Out's completion, or a LOCAL_INV) needs a
+        // reference to hold it once libiscsi has the response. It is taken
+        // before the response is published: after, a completion on another
+        // CPU may end the command and drop it. Whether one is needed is
+        // read from the word as it is: until the response is published,
+        // events only clear the word's pending bits, so a command that
+        // needs none now needs none then; one taken for nothing is dropped
+        // once the response is handed on.
+        let pre = matches!(
+            slot::response(s.word(), &r),
+            Ok(Step {
+                task_ref: RefOp::Take,
+                ..
+            })
+        );
+        if pre {
+            let t = task_ref().ok_or_else(|| Self::no_task(idx, pdu.itt))?;
+            if let Err(t) = s.hold.put(t) {
+                // libiscsi's own reference is held: this is not the last.
+                drop(t);
+                return Err(Self::own_violation(idx, Violation::Unexpected));
+            }
+        }
         let step = match s.apply(|w| slot::response(w, &r)) {
             Ok(step) => step,
-            Err(v) => return Self::refused(v, s.word(), pdu, invalidated),
+            Err(v) => {
+                if pre {
+                    // As above: not the last.
+                    drop(s.hold.take());
+                }
+                return Self::refused(v, s.word(), pdu, invalidated);
+            }
         };
         if invalidated.is_some() {
             self.remote_invs.fetch_add(1, Ordering::Relaxed);
             self.conn.mr_invalidated(idx);
         }
+        let (step, spare) = match step.task_ref {
+            // The reference is in the slot already.
+            RefOp::Take if pre => (
+                Step {
+                    task_ref: RefOp::Keep,
+                    ..step
+                },
+                None,
+            ),
+            RefOp::Take => return Err(Self::own_violation(idx, Violation::Unexpected)),
+            // Completed: the reference taken for nothing goes back.
+            _ if pre => (step, s.hold.take()),
+            _ => (step, None),
+        };
         let done = self.finish(idx, s, step);
+        let task = done.task.or(spare);
         match done.failure {
             Some(f) => {
                 // The connection fails; the reference goes outside.
-                drop(done.task);
+                drop(task);
                 Err(f)
             }
-            None => Ok(done.task),
+            None => Ok(task),
         }
+    }
+
+    #[cold]
+    fn no_task(idx: u32, itt: u32) -> Failure {
+        pr_err!(
+            "task slot {}: libiscsi has no command for ITT {:#x}, which riser must hold past its response\n",
+            idx,
+            itt
+        );
+        Failure::SlotBroken
     }
 
     /// Why a response the slot's word refused fails the connection, if it

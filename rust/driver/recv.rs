@@ -68,7 +68,12 @@ impl IserConn {
         // command's own, are decided with the slot's state, under its lock.
         // The reference that held the command while the target could reach
         // its memory is dropped once libiscsi has the response.
-        let done_ref = res.response_arrived(Self::slot_of(pdu.itt), &pdu, wc.invalidated)?;
+        // libiscsi's ITTs are the BHS's bytes as they are in memory.
+        let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
+        let done_ref =
+            res.response_arrived(Self::slot_of(pdu.itt), &pdu, wc.invalidated, || {
+                self.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
+            })?;
         let r = self.hand_on(rcu, &bhs, data);
         // libiscsi has completed the command (or refused the response): the
         // task is freed once this last reference goes.

@@ -227,8 +227,9 @@ impl Res {
         // invalidated.
         let remote_key = plan.remote_mr();
         // The slot's word, before anything is posted: once it is, a response
-        // on another CPU may complete the command. The command holds one
-        // reference while anything beyond its response is pending.
+        // on another CPU may complete the command. No task reference: until
+        // its response reaches libiscsi, libiscsi's own holds the command,
+        // and the response takes one if anything is still pending then.
         let key = match (remote_key, uses_mr && (plan.with_imm || dataouts > 0)) {
             (false, _) => slot::Key::None,
             (true, false) => slot::Key::Given,
@@ -239,7 +240,7 @@ impl Res {
             send: !plan.inline,
             data_outs: dataouts,
             key,
-            hold: !plan.inline || key != slot::Key::None || dataouts > 0,
+            hold: false,
         };
         self.hold_command(task, &bhs, &post)?;
         // What a registration lets the target do: a write whose data all

@@ -41,8 +41,16 @@ pub(crate) const BHS_LEN: usize = 48;
 /// once that reach it (see [`Task`]).
 #[repr(C)]
 pub(super) struct TaskSlot<T: TransportOps> {
-    pub(super) hdr: Opaque<bindings::iscsi_hdr>,
+    pub(super) head: SlotHead,
     sg: UnsafeCell<Option<T::DataMap>>,
+}
+
+/// The start of every [`TaskSlot`], laid out the same whatever the
+/// transport: the task's [`SlotRefs`] are found from its `dd_data` without
+/// knowing the transport's mapping type ([`Conn::task_ref`]).
+#[repr(C)]
+pub(super) struct SlotHead {
+    pub(super) hdr: Opaque<bindings::iscsi_hdr>,
     pub(super) refs: SlotRefs,
 }
 
@@ -80,20 +88,22 @@ impl<T: TransportOps> TaskSlot<T> {
         // SAFETY: `slot` is valid for writes (function contract).
         unsafe {
             slot.write(Self {
-                hdr: Opaque::zeroed(),
-                sg: UnsafeCell::new(None),
-                refs: SlotRefs {
-                    count: AtomicU32::new(0),
-                    task,
-                    put_work: Opaque::uninit(),
+                head: SlotHead {
+                    hdr: Opaque::zeroed(),
+                    refs: SlotRefs {
+                        count: AtomicU32::new(0),
+                        task,
+                        put_work: Opaque::uninit(),
+                    },
                 },
+                sg: UnsafeCell::new(None),
             })
         };
         // SAFETY: The work item is in the slot, which stays in place (function
         // contract); a work item is initialised once, before any use.
         unsafe {
             bindings::init_work_with_key(
-                (*slot).refs.put_work.get(),
+                (*slot).head.refs.put_work.get(),
                 Some(SlotRefs::put_work_fn),
                 false,
                 c"riser task put".as_char_ptr(),
@@ -115,7 +125,7 @@ impl<T: TransportOps> TaskSlot<T> {
         // With the count at zero the work is not queued (a queued put is
         // counted); this waits for one whose last step, the count, is done.
         // SAFETY: The work item was initialised with the slot.
-        unsafe { bindings::cancel_work_sync((*slot).refs.put_work.get()) };
+        unsafe { bindings::cancel_work_sync((*slot).head.refs.put_work.get()) };
     }
 }
 
@@ -336,7 +346,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
     pub(crate) fn get_ref(&self) -> Option<TaskRef> {
         // SAFETY: The slot is initialised (type invariant); its count is
         // atomic.
-        let refs = unsafe { &(*self.slot()).refs };
+        let refs = unsafe { &(*self.slot()).head.refs };
         // Counted first: the layer's teardown looks at the count.
         refs.count.fetch_add(1, Ordering::AcqRel);
         // SAFETY: The task is live (type invariant).
@@ -649,6 +659,46 @@ impl Conn {
             return Err(EPROTO);
         }
         Ok(())
+    }
+
+    /// A reference on the SCSI command libiscsi has outstanding under ITT
+    /// `itt` (the BHS's four bytes, as they are in memory), looked up under
+    /// the session's `back_lock`; `None` if libiscsi has no such command,
+    /// or where that lock cannot be taken (as [`Conn::complete_pdu`]).
+    pub(crate) fn task_ref(&self, itt: u32) -> Option<TaskRef> {
+        let bh = BhOff::if_may_lock()?;
+        let conn = self.ptr.as_ptr();
+        // SAFETY: The connection is live (type invariant); bottom halves
+        // are off and this CPU holds no session lock (`bh`), so the
+        // back_lock may be taken, as libiscsi's receive path does, and
+        // `iscsi_itt_to_ctask` runs under it, as it must.
+        let task = unsafe {
+            bindings::riser_iscsi_back_lock(conn);
+            let t = bindings::iscsi_itt_to_ctask(conn, itt);
+            let t = if !t.is_null() && bindings::iscsi_get_task(t) {
+                t
+            } else {
+                core::ptr::null_mut()
+            };
+            bindings::riser_iscsi_back_unlock(conn);
+            t
+        };
+        drop(bh);
+        let task = NonNull::new(task)?;
+        // SAFETY: The tasks of a session this layer made hold a `TaskSlot`
+        // in their `dd_data`, initialised with the session, whose
+        // `SlotHead` is at its start (`repr(C)`); the reference just taken
+        // keeps the task, and so the slot, alive.
+        let refs = unsafe { &(*(*task.as_ptr()).dd_data.cast::<SlotHead>()).refs };
+        // Counted inside the caller's borrow of the bound connection: the
+        // layer's teardown unbinds it and waits for an RCU grace period
+        // before it looks at the counts.
+        refs.count.fetch_add(1, Ordering::AcqRel);
+        // INVARIANT: one reference taken and counted just above.
+        Some(TaskRef {
+            task,
+            slot: NonNull::from(refs),
+        })
     }
 
     /// Fails the connection: libiscsi starts recovery through iscsid.

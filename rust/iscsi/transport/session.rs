@@ -134,7 +134,7 @@ pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session)
         for i in 0..(*s).cmds_max.unsigned_abs() {
             let task = *(*s).cmds.add(i as usize);
             let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-            n = n.saturating_add((*slot).refs.count.load(Ordering::Acquire));
+            n = n.saturating_add((*slot).head.refs.count.load(Ordering::Acquire));
         }
     }
     n

@@ -24,7 +24,7 @@ pub(super) unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
     // the header lives there for the session's life.
     unsafe {
         let slot = (*task).dd_data.cast::<TaskSlot<T>>();
-        (*task).hdr = (*slot).hdr.get();
+        (*task).hdr = (*slot).head.hdr.get();
         // CAST: a BHS is 48 bytes.
         (*task).hdr_max = BHS_LEN as u16;
     }
