@@ -347,13 +347,7 @@ impl Res {
         // events only clear the word's pending bits, so a command that
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
-        let pre = matches!(
-            slot::response(s.word(), &r),
-            Ok(Step {
-                task_ref: RefOp::Take,
-                ..
-            })
-        );
+        let pre = s.word().response_takes_ref(invalidated.is_some());
         if pre {
             let t = task_ref().ok_or_else(|| Self::no_task(idx, pdu.itt))?;
             if let Err(t) = s.hold.put(t) {

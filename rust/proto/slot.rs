@@ -223,6 +223,19 @@ impl Word {
         self.has(KEY | SENDS)
     }
 
+    /// Whether a SCSI Response that [`response`] accepts (invalidating
+    /// the command's key with it, or not) leaves the command waiting for
+    /// something with no reference held: what `response` answers with
+    /// [`RefOp::Take`]. A cheap reading of the word for the receive path,
+    /// which takes the reference before it publishes the response.
+    pub(crate) const fn response_takes_ref(self, invalidated: bool) -> bool {
+        let mut n = self.0 & !RSP;
+        if invalidated {
+            n &= !(KEY | LKEY);
+        }
+        n & REF == 0 && n & PENDING != 0
+    }
+
     /// Whether this slot's command keeps back a TMF Response that ended
     /// it, or is to end it: a SEND of it has not completed, or it ended
     /// (answered, or [`abort`]ed) and its key is not invalid yet. A live
@@ -871,6 +884,12 @@ pub(crate) mod model {
                     if s.action != action {
                         return Err("another action than the documented one");
                     }
+                    if let Event::Response(r) = ev {
+                        let take = self.word.response_takes_ref(r.invalidated.is_some());
+                        if take != (s.task_ref == RefOp::Take) {
+                            return Err("response_takes_ref disagrees with response");
+                        }
+                    }
                     if s.task_ref != task_ref {
                         return Err("another reference operation than the documented one");
                     }
@@ -996,6 +1015,11 @@ pub(crate) mod model {
         }
         if s.action == Action::Invalidate && (w.has(INV) || !s.word.has(INV)) {
             return Err("a LOCAL_INV the word does not show as posted");
+        }
+        if let Event::Response(r) = ev {
+            if w.response_takes_ref(r.invalidated.is_some()) != (s.task_ref == RefOp::Take) {
+                return Err("response_takes_ref disagrees with response");
+            }
         }
         let refs = match s.task_ref {
             RefOp::Keep => w.holds_ref() == s.word.holds_ref(),
