@@ -203,6 +203,10 @@ impl Res {
         // to protect a buffer (only a buffer the device still reads must
         // wait for one), and only one in `signal_interval` is signaled, for
         // the send queue's sake. Immediate data is sent from the SCSI buffer.
+        let data = match &reg {
+            Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
+            _ => None,
+        };
         let send = if plan.inline {
             let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
             CmdSend::Inline {
@@ -210,11 +214,10 @@ impl Res {
                 signaled: n % self.signal_interval == 0,
             }
         } else {
-            let data = match &reg {
-                Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
-                _ => None,
-            };
-            CmdSend::Buffered { hdr: &hdrs, data }
+            CmdSend::Buffered {
+                hdr: &hdrs,
+                data: data.as_ref(),
+            }
         };
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out. Given back when `reserved` goes, as
@@ -253,7 +256,7 @@ impl Res {
             Exposure::RemoteWrite => Access::RemoteWrite,
         };
         let cmd = CmdPost {
-            reg: reg.filter(|_| uses_mr).map(|r| (r, access)),
+            reg: reg.as_ref().filter(|_| uses_mr).map(|r| (r, access)),
             send,
         };
         if let Err(r) = claim.post(&cmd) {

@@ -112,7 +112,7 @@ pub(crate) enum CmdSend<'a> {
         /// The iSER header and BHS.
         hdr: &'a [u8],
         /// The immediate data, if any: memory of the command's mapping.
-        data: Option<Sge<'a>>,
+        data: Option<&'a Sge<'a>>,
     },
 }
 
@@ -122,7 +122,7 @@ pub(crate) struct CmdPost<'a> {
     /// ([`CmdClaim::map`]), and what the peer may do with it. When the
     /// MR's last registration is still valid, it is invalidated first, in
     /// the same chain.
-    pub(crate) reg: Option<(Registration<'a>, Access)>,
+    pub(crate) reg: Option<(&'a Registration<'a>, Access)>,
     /// The PDU.
     pub(crate) send: CmdSend<'a>,
 }
