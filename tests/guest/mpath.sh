@@ -188,7 +188,16 @@ multipathd_stop() {
 		MPATHD_PID=
 	fi
 	if [ -n "$MAP" ]; then
-		multipath -f "$MAP" && MAP= || rc=1
+		# A writer closing the map makes udev probe it (its inotify watch
+		# on block devices): that open, not the initiator, can meet the
+		# flush. Settled first; a map still open is then someone's.
+		udevadm settle --timeout=30
+		if multipath -f "$MAP"; then
+			MAP=
+		else
+			echo "map $MAP still open: $(dmsetup info -c --noheadings -o open "$MAP" 2>&1) opener(s)"
+			rc=1
+		fi
 	fi
 	return $rc
 }
