@@ -256,6 +256,7 @@ impl Res {
     /// that ended is returned. A transition refused is riser's own bug (the
     /// target's are refused in [`Res::response_arrived`]): a warning, and
     /// the connection fails.
+    #[inline]
     pub(super) fn slot_event(
         &self,
         idx: u32,
@@ -276,7 +277,9 @@ impl Res {
         }
     }
 
-    /// Does what a published step says.
+    /// Does what a published step says. Inlined: called by every
+    /// completion, with a step that is mostly known at the call.
+    #[inline]
     fn finish(&self, idx: u32, s: &Slot, step: Step) -> Done {
         let failure = match step.action {
             Action::Invalidate => self.invalidate(idx).err(),

@@ -260,7 +260,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         unsafe { *sgid.raw.as_ref() }
     }
 
-    /// Bytes of inline data a send may carry ([`SendOp::InlineSend`]); 0
+    /// Bytes of inline data a send may carry ([`CmdSend::Inline`]); 0
     /// when the provider took none.
     pub(crate) fn max_inline(&self) -> u32 {
         self.max_inline

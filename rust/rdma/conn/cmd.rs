@@ -190,8 +190,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 }
 
 impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
-    /// Maps `sg` into the slot's MR with a fresh key (as
-    /// [`MrClaim::map`]); once per claim (`EBUSY` after), so the MR is not
+    /// Maps `sg` into the slot's MR with a fresh key (`MrSlot::map`);
+    /// once per claim (`EBUSY` after), so the MR is not
     /// mapped again while the registration lives.
     pub(crate) fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         if self.mapped.replace(true) {

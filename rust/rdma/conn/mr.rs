@@ -23,7 +23,7 @@ pub(super) struct MrSlot {
     pub(super) valid: AtomicBool,
     /// The key of the last posted registration: what the peer was given
     /// and what an invalidation names (the MR's own key may already be the
-    /// next one, set by [`MrClaim::map`]).
+    /// next one, set by [`MrSlot::map`]).
     pub(super) reg_rkey: AtomicU32,
 }
 
@@ -40,11 +40,12 @@ impl MrSlot {
 
 /// Exclusive use of one of a [`Connection`]'s MRs, taken with
 /// [`Connection::claim_mr`] and given back when dropped: only its holder
-/// maps the MR ([`MrClaim::map`], which rewrites the MR's keys and page
-/// list) and registers it ([`SendOp::Reg`], with the registration the
-/// mapping returned), so no two CPUs ever do either to one MR at once.
-/// Invalidation ([`SendOp::LocalInv`]) needs no claim: it uses only the
-/// MR's atomic state.
+/// (a [`super::CmdClaim`], which holds it) maps the MR ([`MrSlot::map`],
+/// which rewrites the MR's keys and page list) and registers it (the
+/// command slot's REG_MR, with the registration the mapping returned), so
+/// no two CPUs ever do either to one MR at once. Invalidation
+/// ([`SendOp::LocalInv`]) needs no claim: it uses only the MR's atomic
+/// state.
 ///
 /// # Invariants
 ///
@@ -54,7 +55,9 @@ pub(crate) struct MrClaim<'a> {
 }
 
 impl MrSlot {
-    /// Maps `sg` into the MR with a fresh key, as [`MrClaim::map`] says.
+    /// Maps `sg` into the MR with a fresh key: what the peer is told, and
+    /// what the command slot's REG_MR registers. The registration borrows
+    /// `sg` (and, through the caller, the claim).
     ///
     /// # Safety
     ///

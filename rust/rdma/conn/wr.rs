@@ -43,9 +43,9 @@ impl Sge<'_> {
 /// a registration advertises to the peer, and the local key for local work
 /// requests. It borrows the mapping it describes, so neither it nor the
 /// entries made from it ([`Registration::sge`]) outlive the unmapping; one
-/// made by [`MrClaim::map`] also borrows the claim, so the MR is neither
-/// mapped anew nor given back while it lives, and it is what
-/// [`SendOp::Reg`] posts. Its fields are private: a registration cannot be
+/// made by [`super::CmdClaim::map`] also borrows the claim, so the MR is
+/// neither mapped anew nor given back while it lives, and it is what the
+/// claim's post registers ([`super::CmdPost`]). Its fields are private: a registration cannot be
 /// made up, or changed to name other memory.
 #[derive(Clone, Copy)]
 pub(crate) struct Registration<'a> {
@@ -280,7 +280,9 @@ impl Tag {
     }
 }
 
-/// A work request riser posts on the send queue.
+/// A work request riser posts on the send queue outside a command slot
+/// (a command's own requests go through [`super::CmdClaim`], which keeps
+/// the same rules).
 ///
 /// What memory a request names is borrowed for `'a`: the [`Sge`]s and
 /// [`Registration`]s it carries cannot outlive the [`DmaBuf`], the
@@ -296,14 +298,14 @@ impl Tag {
 /// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
 ///   The driver must keep the mapping (its task) until every SEND naming
 ///   it has completed and every registration of it given to the peer is
-///   invalidated; it does so with the task references it holds per
-///   registration and per such SEND. This is the driver's discipline, not
-///   enforced by these types.
-/// - An MR registration: the device reads the MR's page list when it
-///   executes the REG_MR, after posting; the claim may be dropped once
-///   posted, and mapping the MR anew under a later claim before then is
-///   the driver's to avoid (it maps a slot's MR again only for the slot's
-///   next command, once the last one has completed).
+///   invalidated; it does so with its completion words and the task
+///   reference a command holds while its response has come and these have
+///   not. This is the driver's discipline, not enforced by these types.
+/// - An MR registration (a command slot's REG_MR): the device reads the
+///   MR's page list when it executes the REG_MR, after posting; the claim
+///   may be dropped once posted, and mapping the MR anew under a later
+///   claim before then is the driver's to avoid (it maps a slot's MR again
+///   only for the slot's next command, once the last one has completed).
 pub(crate) enum SendOp<'a> {
     /// Invalidate MR `mr`'s current registration: signaled on tag `tag`
     /// when there is one, so that its completion tells when the peer can no
