@@ -350,13 +350,17 @@ impl Res {
         // events only clear the word's pending bits, so a command that
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
-        let pre = s.word().response_takes_ref(invalidated.is_some());
-        if pre {
-            let t = task_ref().ok_or_else(|| Self::no_task(idx, pdu.itt))?;
-            if let Err(t) = s.hold.put(t) {
-                // libiscsi's own reference is held: this is not the last.
-                drop(t);
-                return Err(Self::own_violation(idx, Violation::Unexpected));
+        let mut pre = false;
+        if s.word().response_takes_ref(pdu.itt, invalidated.is_some()) {
+            // None if libiscsi has no such command: the transition below
+            // then refuses the response, or finds the reference missing.
+            if let Some(t) = task_ref() {
+                if let Err(t) = s.hold.put(t) {
+                    // libiscsi's own reference is held: not the last.
+                    drop(t);
+                    return Err(Self::own_violation(idx, Violation::Unexpected));
+                }
+                pre = true;
             }
         }
         let step = match s.apply(|w| slot::response(w, &r)) {
@@ -382,7 +386,7 @@ impl Res {
                 },
                 None,
             ),
-            RefOp::Take => return Err(Self::own_violation(idx, Violation::Unexpected)),
+            RefOp::Take => return Err(Self::no_task(idx, pdu.itt)),
             // Completed: the reference taken for nothing goes back.
             _ if pre => (step, s.hold.take()),
             _ => (step, None),

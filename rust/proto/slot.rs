@@ -223,12 +223,18 @@ impl Word {
         self.has(KEY | SENDS)
     }
 
-    /// Whether a SCSI Response that [`response`] accepts (invalidating
-    /// the command's key with it, or not) leaves the command waiting for
-    /// something with no reference held: what `response` answers with
-    /// [`RefOp::Take`]. A cheap reading of the word for the receive path,
-    /// which takes the reference before it publishes the response.
-    pub(crate) const fn response_takes_ref(self, invalidated: bool) -> bool {
+    /// Whether a SCSI Response with ITT `itt` (invalidating the command's
+    /// key with it, or not) is the awaited response of the slot's command
+    /// and leaves it waiting for something with no reference held: what
+    /// [`response`] answers with [`RefOp::Take`] when it accepts one. A
+    /// response of any other ITT, or one not awaited, says no. A cheap
+    /// reading of the word for the receive path, which takes the reference
+    /// (looking the command up by that ITT) before it publishes the
+    /// response.
+    pub(crate) fn response_takes_ref(self, itt: u32, invalidated: bool) -> bool {
+        if self.itt() != Some(itt) || !self.has(RSP) {
+            return false;
+        }
         let mut n = self.0 & !RSP;
         if invalidated {
             n &= !(KEY | LKEY);
@@ -875,6 +881,20 @@ pub(crate) mod model {
                     if g.by_target() != matches!(ev, Event::Response(_)) {
                         return Err("a violation blamed on the wrong side");
                     }
+                    // A response that is not the command's awaited one
+                    // takes no reference: the receive path looks up no task
+                    // for it.
+                    if let Event::Response(r) = ev {
+                        let not_its = matches!(
+                            g,
+                            Violation::UnknownItt
+                                | Violation::SecondResponse
+                                | Violation::CorruptItt
+                        );
+                        if not_its && self.word.response_takes_ref(r.itt, r.invalidated.is_some()) {
+                            return Err("response_takes_ref says yes to a response not awaited");
+                        }
+                    }
                     return Ok(Err(g));
                 }
                 (Err(_), Err(_)) => return Err("another violation than the documented one"),
@@ -885,7 +905,7 @@ pub(crate) mod model {
                         return Err("another action than the documented one");
                     }
                     if let Event::Response(r) = ev {
-                        let take = self.word.response_takes_ref(r.invalidated.is_some());
+                        let take = self.word.response_takes_ref(r.itt, r.invalidated.is_some());
                         if take != (s.task_ref == RefOp::Take) {
                             return Err("response_takes_ref disagrees with response");
                         }
@@ -1017,7 +1037,7 @@ pub(crate) mod model {
             return Err("a LOCAL_INV the word does not show as posted");
         }
         if let Event::Response(r) = ev {
-            if w.response_takes_ref(r.invalidated.is_some()) != (s.task_ref == RefOp::Take) {
+            if w.response_takes_ref(r.itt, r.invalidated.is_some()) != (s.task_ref == RefOp::Take) {
                 return Err("response_takes_ref disagrees with response");
             }
         }
