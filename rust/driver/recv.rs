@@ -65,13 +65,13 @@ impl IserConn {
         }
         // A SCSI Response: one per command, the receive path's common case.
         // Whether it may invalidate what it names, and whether it is the
-        // command's own, are decided with the slot's state, under its lock.
-        // The reference that held the command while the target could reach
-        // its memory is dropped once libiscsi has the response.
-        // libiscsi's ITTs are the BHS's bytes as they are in memory.
-        let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
+        // command's own, are decided by the slot's completion word. A
+        // reference taken for a command that still owes something is
+        // dropped only once libiscsi has the response.
         let done_ref =
             res.response_arrived(Self::slot_of(pdu.itt), &pdu, wc.invalidated, || {
+                // libiscsi's ITTs are the BHS's bytes as they are in memory.
+                let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
                 self.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
             })?;
         let r = self.hand_on(rcu, &bhs, data);

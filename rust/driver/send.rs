@@ -126,11 +126,10 @@ impl Res {
     /// unregistered, and why the connection must fail if a Data-Out could
     /// not follow its posted command.
     ///
-    /// Before anything is posted, the command gets a reference for the
-    /// registration the target is given (dropped once it is invalidated)
-    /// and one for each SEND naming its data (dropped at its completion),
-    /// so libiscsi completes it only when the target can no longer reach
-    /// its memory.
+    /// Before anything is posted, the slot's completion word says what the
+    /// command will owe (its response, its SEND's and Data-Outs'
+    /// completions, the key it gives the target), so that libiscsi
+    /// completes it only when the target can no longer reach its memory.
     ///
     /// `dir` and `len` are the task's direction and data length, which the
     /// caller read.
