@@ -15,7 +15,9 @@
 # answered with a held ping's ITT, or twice, a response whose ITT has junk
 # in the bits libiscsi ignores.
 #
-# One session lives through every full-feature mode in turn, with fio
+# One session lives through the full-feature modes of its part (HOSTILE_PART
+# below: those that race on two vCPUs here, the others in
+# tests/guest/hostile-session.sh) in turn, with fio
 # writing and verifying (crc32c) in rounds until the last mode is done:
 # each mode is triggered by a READ of block 32768 (a WRITE of 256 KiB there
 # for the modes a WRITE fires) after a READ of block 32760, with a READ and
@@ -617,16 +619,33 @@ FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
 SMALL_DEFAULT="burst-edge burst-min"
 CM_MODES=$ALL_CM SMALL_MODES=$SMALL_DEFAULT REG0_MODES=$ALL_REG0 HOLD_MODES=$ALL_HOLD
 UNKNOWN_MODES=
-# make check runs the hostile target in two guests side by side (one after
-# the other was over make check's time budget): this script on two vCPUs,
-# the full-feature modes, early status and the held release (silent-redo,
-# with the test build), where a response handled on one CPU races the
-# other's sends; tests/guest/hostile-session.sh
-# (HOSTILE_PART=session) on one vCPU, the phases that spoil a login, the CM
-# exchange or the sizes a session negotiates. HOSTILE_PART=all runs both.
+# The full-feature modes in which riser handles a command's end on one CPU
+# while the other may still be sending for it or reusing its task slot:
+# the task-management ones (the SCSI timer's ABORT TASK and LU reset, the
+# TMF Response held until the READ's key is gone, spoofed and doubled
+# answers), the late and junk-ITT responses with the late RDMA access
+# after them, a second response, a response held until its slot is in use
+# again.
+RACE_FFP="stale-itt reject silent silent-all late-write late-read late-abort tmf-spoof tmf-dup itt-junk stale-held"
+RACE_MODES= SOLO_MODES=
+for m in $ALL_FFP; do
+	case " $RACE_FFP " in
+	*" $m "*) RACE_MODES+="$m " ;;
+	*) SOLO_MODES+="$m " ;;
+	esac
+done
+# make check runs the hostile target in two guests: this script on two
+# vCPUs, alone, with those modes, early status and the held release
+# (silent-redo, with the test build), where a response handled on one CPU
+# races the other's sends; tests/guest/hostile-session.sh
+# (HOSTILE_PART=session) on one vCPU beside the other guests, with the
+# other full-feature modes (bad PDUs, floods, pings, Async Messages, bad
+# invalidations: each fails or keeps the connection on one PDU) and the
+# phases that spoil a login, the CM exchange or the sizes a session
+# negotiates. HOSTILE_PART=all runs both.
 case ${HOSTILE_PART:-ffp} in
-ffp) LOGIN_MODES= CM_MODES= SMALL_MODES= REG0_MODES= ;;
-session) FFP_MODES= UNSOL_MODES= HOLD_MODES= ;;
+ffp) FFP_MODES=$RACE_MODES LOGIN_MODES= CM_MODES= SMALL_MODES= REG0_MODES= ;;
+session) FFP_MODES=$SOLO_MODES UNSOL_MODES= HOLD_MODES= ;;
 all) ;;
 *) UNKNOWN_MODES="HOSTILE_PART=$HOSTILE_PART " ;;
 esac
