@@ -71,10 +71,12 @@ SHELL := /bin/bash
 # tests/manifest lists each with the checks it plans: a guest added here or
 # dropped goes there too, or make check fails.
 # tests/run-guest runs one-vCPU guests two at a time, longest first here,
-# then hostile.sh (the hostile target's full-feature modes) and session.sh
-# each alone on two vCPUs, so that riser's submission and completion paths
-# run in parallel under KASAN and lockdep (a response on one CPU while the
-# command's Data-Outs go out on the other). A guest with two vCPUs waits
+# then hostile.sh (the hostile target's modes that race a command's end
+# against its sends or its task slot's reuse, early status, the held
+# release) and session.sh each alone on two vCPUs, so that riser's
+# submission and completion paths run in parallel under KASAN and lockdep
+# (a response on one CPU while the command's Data-Outs go out on the
+# other); hostile-session.sh has the hostile target's other modes on one. A guest with two vCPUs waits
 # for every guest before it: they come last. (inject.sh on two vCPUs
 # alone made make check 43 minutes, against 35 planned; its held-up send
 # completions show the same on one.)

@@ -222,8 +222,10 @@ check "one 4k READ and one 4k WRITE" trace_io
 check "the trace shows the way up, the login, the READ's STag and response, the WRITE's immediate data" \
 	trace_shows
 check "max_sectors lowered to one registration's reach, logged, in the queue" big_limits
+# One 16 MiB write (cut at max_sectors into about eight commands) and its
+# verification: a second one went the same way.
 big_fio() {
-	echo 2 >"/sys/block/${DEV#/dev/}/device/queue_depth" && fio_verify "$DEV" write 16m 1 32M
+	echo 2 >"/sys/block/${DEV#/dev/}/device/queue_depth" && fio_verify "$DEV" write 16m 1 16M
 }
 check "fio 16m writes, verified" big_fio
 check "commands above 512 KiB reached the disk" big_requests

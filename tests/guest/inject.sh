@@ -39,18 +39,21 @@ plan 33
 session_up() { iscsi_logged_in "$IQN"; }
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 
-# injected SITE N RW BS [failure]: arm fault SITE at N, run fio verify with
-# RW/BS; the fault must have fired, and with "failure" the connection must
-# have failed with riser's log line (else no connection may fail: fio_verify
-# checks its window), and the session must be logged in afterwards.
+# injected SITE N RW BS SIZE [failure]: arm fault SITE at N, run fio verify
+# with RW/BS over SIZE; the fault must have fired, and with "failure" the
+# connection must have failed with riser's log line (else no connection may
+# fail: fio_verify checks its window), and the session must be logged in
+# afterwards. N is small (the fault fires within fio's first commands), so
+# SIZE need only leave I/O to run and verify after it: 2 MiB (512 4 KiB or
+# 32 64 KiB commands, and their verification).
 injected() {
-	local site=$1 n=$2 rw=$3 bs=$4 want=${5:-} rc=0
+	local site=$1 n=$2 rw=$3 bs=$4 size=$5 want=${6:-} rc=0
 	dmesg_mark
 	echo "$n" >"$P/fault_$site" || return 1
 	if [ "$want" = failure ]; then
-		CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 8M || rc=1
+		CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" "$rw" "$bs" 8 "$size" || rc=1
 	else
-		fio_verify "$DEV" "$rw" "$bs" 8 8M || rc=1
+		fio_verify "$DEV" "$rw" "$bs" 8 "$size" || rc=1
 	fi
 	# Disarm, whatever happened.
 	echo 0 >"$P/fault_$site"
@@ -157,8 +160,9 @@ post_fails() {
 # second post_send from then on, a Data-Out most of the time with 128 KiB
 # writes, was a NOP-Out twice and then a command's chain 15 tries in a row
 # on 2026-11-25; the connection failures that followed ended the writes
-# still queued in I/O errors.) 16 MiB of writes is plenty for one try.
-dataout_post_fails() { post_fails post_dataout "cannot post a Data-Out" 1 write 128k 16M; }
+# still queued in I/O errors.) 8 MiB of writes (64 commands, 448
+# Data-Outs) is plenty for one try.
+dataout_post_fails() { post_fails post_dataout "cannot post a Data-Out" 1 write 128k 8M; }
 # A 256 KiB READ is one chain, [REG_MR, SEND] (the knob refuses its SEND),
 # and nine I/Os in ten are READs.
 chain_post_fails() { post_fails post_send "cannot post a command" 1 randrw 256k 48M --rwmixread=90; }
@@ -169,7 +173,7 @@ check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot
 check "  the session is logged in again" _wait_for 120 session_up
 
 check "post_recv of a receive fails: connection failed and recovered, data verified" \
-	injected post_recv 5 randrw 4k failure
+	injected post_recv 5 randrw 4k 2M failure
 check "  riser said why" dmesg_has "riser: cannot repost a receive"
 check "  the session is logged in again" _wait_for 120 session_up
 
@@ -179,11 +183,11 @@ check "  riser said why" dmesg_has "riser: connection to $IP:3260 failed: cannot
 check "  the session is logged in again" _wait_for 120 session_up
 
 check "MR mapping fails: the command is requeued, no connection failure, data verified" \
-	injected map_mr 3 randwrite 64k
+	injected map_mr 3 randwrite 64k 2M
 check "DMA mapping fails: the command is requeued, no connection failure, data verified" \
-	injected dma_map 3 randrw 64k
+	injected dma_map 3 randrw 64k 2M
 
-# Send completions held up: the knob makes each of the next 2000 send
+# Send completions held up: the knob makes each of the next 1000 send
 # completions wait 1 ms in riser's handler, with the send's tag still
 # held, before it takes what the tag kept, under 4 KiB
 # random reads and writes (the writes' data goes as immediate data, their
@@ -200,12 +204,12 @@ cmds_max_16() {
 }
 tag_window() {
 	local rc=0 left
-	echo 2000 >"$P/fault_send_done_delay" || return 1
-	fio_verify "$DEV" randrw 4k 16 16M || rc=1
+	echo 1000 >"$P/fault_send_done_delay" || return 1
+	fio_verify "$DEV" randrw 4k 16 8M || rc=1
 	left=$(cat "$P/fault_send_done_delay")
 	echo 0 >"$P/fault_send_done_delay"
 	echo "delays left unused: $left"
-	[ "$left" = 0 ] || { echo "fewer than 2000 send completions were delayed"; rc=1; }
+	[ "$left" = 0 ] || { echo "fewer than 1000 send completions were delayed"; rc=1; }
 	return $rc
 }
 check "send completions delayed 1 ms before the handler, 4 KiB random I/O: data verified" \
@@ -222,7 +226,7 @@ device_fatal() {
 	local nd pid rc=0
 	nd=$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0) || return 1
 	dmesg_mark
-	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" randrw 4k 8 8M >"$RISER_OUT/fio-fatal.log" 2>&1 &
+	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" randrw 4k 8 4M >"$RISER_OUT/fio-fatal.log" 2>&1 &
 	pid=$!
 	nap 2
 	kill -0 "$pid" 2>/dev/null || { echo "fio ended before the event"; rc=1; }

@@ -117,8 +117,8 @@ dmesg_live
 # other two pairings add run time on the KASAN kernel, not paths.
 FIO_BS=${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}
 _bs=($FIO_BS)
-# 22 checks, and two for each block size, and the IPv6 portal's 10.
-plan $((32 + 2 * ${#_bs[@]}))
+# 21 checks, and two for each block size, and the IPv6 portal's 10.
+plan $((31 + 2 * ${#_bs[@]}))
 
 check "RDMA device ($RDMA) created" setup_rdma "$RDMA" "$IP"
 check "riser's dependencies load" load_deps
@@ -157,10 +157,9 @@ iscsi_state >>"$RISER_OUT/guest.log" 2>&1
 check "no session or endpoint left" no_session_left
 check "kmemleak: nothing riser allocated is leaked after logout" \
 	no_leak_from_riser "$RISER_OUT/kmemleak-logout.txt"
-LEAKS=$(grep -c "^unreferenced object" "$RISER_OUT/kmemleak-logout.txt")
+# What rmmod leaks, the end-of-guest scan (save_dmesg) finds: it fails the
+# guest on any object suspected, after the teardown below.
 check "rmmod riser" unload_riser
-check "kmemleak: no new leak after rmmod ($LEAKS before)" \
-	test "$(kmemleak_report "$RISER_OUT/kmemleak-rmmod.txt")" = "$LEAKS"
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown
 check "RDMA device ($RDMA) removed" rdma_delete "$RDMA"

@@ -204,7 +204,7 @@ DMESG_FAIL=1 case_ "path2_dropped: dmesg fails" '!0' path2_dropped
 PATH2_SESSION='' case_ "path2_dropped: path 2's session unknown" '!0' path2_dropped
 
 # --- hostile.sh: evil_says, iscsid_says --------------------------------------
-eval "$(sed -n '/^evil_since() {/p; /^evil_says() {/,/^}/p; /^iscsid_says() {/,/^}/p' "$TOP/tests/guest/hostile.sh")"
+eval "$(sed -n '/^_said() {/p; /^_said_match() {/,/^}/p; /^evil_since() {/p; /^evil_says() {/,/^}/p; /^iscsid_says() {/,/^}/p' "$TOP/tests/guest/hostile.sh")"
 {
 	filler 10 1
 	echo "evil: fired silent"
