@@ -49,7 +49,7 @@ use crate::{
 };
 use conn::IserConn;
 use core::net::SocketAddr;
-use core::sync::atomic::Ordering;
+use kernel::sync::atomic::Relaxed;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
 
 /// The module: the registered transport, the queue that frees torn-down
@@ -266,14 +266,14 @@ impl TransportOps for Iser {
         if login::opcode(hdr) != login::OP_LOGIN_REQ {
             return Ok(None);
         }
-        ep.counters.login_rounds.fetch_add(1, Ordering::Relaxed);
+        ep.counters.login_rounds.add(1, Relaxed);
         // The initiator declares what it receives per PDU in the full
         // feature phase; riser declares no more than its receives hold, so
         // every legal PDU fits (ib_iser's receives hold 128 bytes whatever
         // iscsid declares).
-        let discovery = ep.discovery.load(Ordering::Relaxed) || login::is_discovery(data);
+        let discovery = ep.discovery.load(Relaxed) || login::is_discovery(data);
         if discovery {
-            ep.discovery.store(true, Ordering::Relaxed);
+            ep.discovery.store(true, Relaxed);
         }
         let cap = if discovery {
             DISCOVERY_RECV_CAP
@@ -304,18 +304,18 @@ impl TransportOps for Iser {
         // Declared in this request or an earlier one of the login; RFC 7143
         // and RFC 7145 default to 8 KiB.
         if let Some(v) = login::declared_recv_dsl(text) {
-            ep.recv_size.store(v.min(cap), Ordering::Relaxed);
+            ep.recv_size.store(v.min(cap), Relaxed);
         }
         if !login::enters_full_feature(hdr) {
             return Ok(rewrite);
         }
         // The last login request: make the full-feature receives now, in
         // process context, as large as declared.
-        let size = match ep.recv_size.load(Ordering::Relaxed) {
+        let size = match ep.recv_size.load(Relaxed) {
             0 => DEFAULT_RECV_DSL,
             v => v,
         };
-        ep.recv_size.store(size, Ordering::Relaxed);
+        ep.recv_size.store(size, Relaxed);
         let (dev, count) = {
             let res = ep.res().ok_or(ENOTCONN)?;
             if res.ff_recvs.as_ref().is_some() {
@@ -350,7 +350,7 @@ impl TransportOps for Iser {
     }
 
     fn max_recv_dlength(ep: &IserConn) -> Option<u32> {
-        let n = ep.recv_size.load(Ordering::Relaxed);
+        let n = ep.recv_size.load(Relaxed);
         (n != 0).then_some(n)
     }
 
@@ -403,11 +403,11 @@ impl TransportOps for Iser {
         let dir = task.direction();
         let (unregistered, broken) = res.send_command(task, dir, len).inspect_err(|e| {
             if *e == EAGAIN || *e == ENOMEM {
-                ep.counters.sq_full.fetch_add(1, Ordering::Relaxed);
+                ep.counters.sq_full.add(1, Relaxed);
             }
         })?;
         if unregistered {
-            ep.unreg_cmds.fetch_add(1, Ordering::Relaxed);
+            ep.counters.unreg_cmds.add(1, Relaxed);
         }
         if let Some(why) = broken {
             // The command is on the wire: libiscsi must not requeue it, so
@@ -419,17 +419,17 @@ impl TransportOps for Iser {
         }
         let n = u64::from(len);
         match dir {
-            Direction::Write => ep.tx_octets.fetch_add(n, Ordering::Relaxed),
-            Direction::Read => ep.rx_octets.fetch_add(n, Ordering::Relaxed),
-            _ => 0,
+            Direction::Write => ep.counters.tx_octets.add(n, Relaxed),
+            Direction::Read => ep.counters.rx_octets.add(n, Relaxed),
+            _ => {}
         };
         Ok(())
     }
 
     fn data_octets(ep: &IserConn) -> (u64, u64) {
         (
-            ep.tx_octets.load(Ordering::Relaxed),
-            ep.rx_octets.load(Ordering::Relaxed),
+            ep.counters.tx_octets.load(Relaxed),
+            ep.counters.rx_octets.load(Relaxed),
         )
     }
 

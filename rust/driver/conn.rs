@@ -28,10 +28,7 @@ use crate::{
     trace,
 };
 use core::net::SocketAddr;
-use core::sync::atomic::AtomicI64;
-use core::sync::atomic::AtomicU32;
-use core::sync::atomic::AtomicU64;
-use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::{
     alloc::KBox,
     new_condvar, new_mutex,
@@ -90,7 +87,7 @@ impl State {
     /// The only writer of `up`, the lock-free view of [`Phase::Up`]; each
     /// change is a `riser_conn_state` event.
     fn set(&mut self, conn: &IserConn, to: Phase) -> Phase {
-        conn.up.store(matches!(to, Phase::Up), Ordering::Release);
+        conn.up.store(matches!(to, Phase::Up), Release);
         let from = self.phase.code();
         let code = to.code();
         let left = core::mem::replace(&mut self.phase, to);
@@ -115,31 +112,21 @@ pub(crate) struct IserConn {
     /// lock-free view atomic paths check, as they cannot take the state's
     /// mutex. Written only by `State::set`, under that mutex, with the
     /// phase; read anywhere.
-    pub(super) up: AtomicBool,
+    pub(super) up: Atomic<bool>,
     /// A discovery session's connection. Set by the login hook (process
     /// context, iscsid's send_pdu).
-    pub(super) discovery: AtomicBool,
+    pub(super) discovery: Atomic<bool>,
     /// Data bytes each full-feature receive holds: what the login declared
     /// (as far as riser allows), fixed at the last login request. Written
     /// by the login hook only.
-    pub(super) recv_size: AtomicU32,
+    pub(super) recv_size: Atomic<u32>,
     /// A Logout Response arrived: the target will close the connection.
     /// Set by the receive path (softirq).
-    pub(super) logged_out: AtomicBool,
-    /// Text responses received (discovery). Counted by the receive path,
-    /// reset by `terminate`.
-    pub(super) text_rsps: AtomicU32,
-    /// Commands sent with an unregistered buffer (always_register=0).
-    /// Counted by `xmit_task`, reset by `terminate`.
-    pub(super) unreg_cmds: AtomicU64,
-    /// SCSI data octets written and read through this connection. Counted
-    /// by `xmit_task`; read by get_stats.
-    pub(super) tx_octets: AtomicU64,
-    pub(super) rx_octets: AtomicU64,
+    pub(super) logged_out: Atomic<bool>,
     /// The failure was logged (once), by whichever path failed first.
-    pub(super) failed: AtomicBool,
+    pub(super) failed: Atomic<bool>,
     /// The release of the resources was handed to the release queue (once).
-    release_queued: AtomicBool,
+    release_queued: Atomic<bool>,
     /// Completed once the resources' QP is drained and destroyed and the
     /// task references are dropped (`Res`'s drop, before its slow frees):
     /// `shut` waits for it.
@@ -150,16 +137,17 @@ pub(crate) struct IserConn {
     /// of the async-message limit, and the async messages seen in it.
     /// Only the receive path (one CQ, serialised) writes them; a race
     /// would only miscount.
-    pub(super) async_window: AtomicI64,
-    pub(super) async_count: AtomicU32,
-    /// What `iscsiadm -m session -s` shows of riser's own.
-    pub(super) counters: Counters,
+    pub(super) async_window: Atomic<i64>,
+    pub(super) async_count: Atomic<u32>,
+    /// What the connection counts (its resources count into it too).
+    pub(super) counters: Arc<Counters>,
 }
 
 impl IserConn {
     pub(super) fn connect(dst: SocketAddr) -> Result<Arc<Self>> {
         let params = crate::params::current()?;
         let quiesced = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
+        let counters = Arc::new(Counters::new(), GFP_KERNEL)?;
         let c = Arc::pin_init(
             pin_init!(IserConn {
                 state <- new_mutex!(State {
@@ -172,21 +160,17 @@ impl IserConn {
                 res: SetOnce::default(),
                 dst,
                 params,
-                up: AtomicBool::new(false),
-                discovery: AtomicBool::new(false),
-                recv_size: AtomicU32::new(0),
-                logged_out: AtomicBool::new(false),
-                text_rsps: AtomicU32::new(0),
-                unreg_cmds: AtomicU64::new(0),
-                tx_octets: AtomicU64::new(0),
-                rx_octets: AtomicU64::new(0),
-                failed: AtomicBool::new(false),
-                release_queued: AtomicBool::new(false),
+                up: Atomic::new(false),
+                discovery: Atomic::new(false),
+                recv_size: Atomic::new(0),
+                logged_out: Atomic::new(false),
+                failed: Atomic::new(false),
+                release_queued: Atomic::new(false),
                 quiesced,
                 born: Instant::now(),
-                async_window: AtomicI64::new(0),
-                async_count: AtomicU32::new(0),
-                counters: Counters::default(),
+                async_window: Atomic::new(0),
+                async_count: Atomic::new(0),
+                counters,
             }),
             GFP_KERNEL,
         )?;
@@ -210,7 +194,7 @@ impl IserConn {
     }
 
     pub(super) fn is_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+        self.up.load(Acquire)
     }
 
     pub(super) fn res(&self) -> Option<kernel::revocable::RevocableGuard<'_, Res>> {
@@ -256,7 +240,7 @@ impl IserConn {
     /// queue (module unload) everything runs here.
     pub(super) fn shut(self: &Arc<Self>) {
         self.terminate();
-        if !self.release_queued.swap(true, Ordering::AcqRel) {
+        if !self.release_queued.xchg(true, Full) {
             self.log_totals();
             let c = self.clone();
             if let Err(release) = RELEASES.spawn(move || {
@@ -285,7 +269,7 @@ impl IserConn {
             // ib_iser too). Bounded, and only after a logout, so failover
             // never waits on the network here.
             let mut st = self.state.lock();
-            if self.logged_out.load(Ordering::Acquire) && matches!(st.phase, Phase::Up) {
+            if self.logged_out.load(Acquire) && matches!(st.phase, Phase::Up) {
                 let _ = self
                     .cv
                     .wait_interruptible_timeout(&mut st, msecs_to_jiffies(LOGOUT_GRACE_MS));
@@ -309,29 +293,25 @@ impl IserConn {
     /// Logs what the connection counted that a user may want at its end
     /// (once: `shut` calls it when it queues the release).
     fn log_totals(&self) {
-        let texts = self.text_rsps.swap(0, Ordering::Relaxed);
-        if texts > 0 && self.discovery.load(Ordering::Relaxed) {
+        let c = &self.counters;
+        let texts = c.text_rsps.load(Relaxed);
+        if texts > 0 && self.discovery.load(Relaxed) {
             pr_info!(
                 "discovery of {}: {} text responses\n",
                 Addr(self.dst),
                 texts
             );
         }
-        if let Some(res) = self.res() {
-            let (remote, local) = (
-                res.remote_invs.load(Ordering::Relaxed),
-                res.local_invs.load(Ordering::Relaxed),
+        let (remote, local) = (c.remote_invs.load(Relaxed), c.local_invs.load(Relaxed));
+        if remote + local > 0 {
+            pr_info!(
+                "connection to {}: {} registrations invalidated by the target, {} by riser\n",
+                Addr(self.dst),
+                remote,
+                local
             );
-            if remote + local > 0 {
-                pr_info!(
-                    "connection to {}: {} registrations invalidated by the target, {} by riser\n",
-                    Addr(self.dst),
-                    remote,
-                    local
-                );
-            }
         }
-        let n = self.unreg_cmds.swap(0, Ordering::Relaxed);
+        let n = c.unreg_cmds.load(Relaxed);
         if n > 0 {
             pr_info!(
                 "connection to {}: {} commands sent with unregistered buffers\n",
@@ -384,7 +364,7 @@ impl IserConn {
     /// for a connection not through `dev`, not up yet, or logged out (its
     /// end is under way, and failing it would only hide why).
     pub(super) fn broken_by(&self, dev: &Device, ev: AsyncEvent) -> Option<Failure> {
-        if !self.is_up() || self.logged_out.load(Ordering::Acquire) {
+        if !self.is_up() || self.logged_out.load(Acquire) {
             return None;
         }
         let res = self.res()?;
@@ -404,7 +384,7 @@ impl IserConn {
     /// once, or from a workqueue where libiscsi's locks may be held: the
     /// layer decides).
     pub(super) fn fail(&self, why: Failure) {
-        if !self.failed.swap(true, Ordering::AcqRel) {
+        if !self.failed.xchg(true, Full) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
         }
         self.bound.fail();
@@ -509,15 +489,7 @@ impl IserConn {
         .encode(&mut private);
         let rd_atom = u8::try_from(caps.max_qp_rd_atom.min(255)).unwrap_or(u8::MAX);
         let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
-        let res = Res::new(
-            conn,
-            self.quiesced.clone(),
-            trace::id(self),
-            ctx,
-            sizing,
-            bufs,
-            self.params.always_register,
-        );
+        let res = Res::new(self, conn, ctx, sizing, bufs);
         let Ok(res) = slot.write_pin_init(Revocable::new(res));
         // Populated once: this handler runs once per id for ROUTE_RESOLVED.
         let _ = self.res.populate(res);
@@ -527,19 +499,19 @@ impl IserConn {
     /// Counts an async message against [`ASYNC_PER_SEC`]; false past it.
     pub(super) fn async_allowed(&self) -> bool {
         let w = ratelimit::Window {
-            start_ms: self.async_window.load(Ordering::Relaxed),
-            count: self.async_count.load(Ordering::Relaxed),
+            start_ms: self.async_window.load(Relaxed),
+            count: self.async_count.load(Relaxed),
         };
         let (w, ok) = ratelimit::allow(w, self.born.elapsed().as_millis(), ASYNC_PER_SEC);
-        self.async_window.store(w.start_ms, Ordering::Relaxed);
-        self.async_count.store(w.count, Ordering::Relaxed);
+        self.async_window.store(w.start_ms, Relaxed);
+        self.async_count.store(w.count, Relaxed);
         ok
     }
 
     /// The connection failed, seen from a path that may hold libiscsi's
     /// session locks: logged now, reported from a workqueue.
     pub(super) fn fail_later(&self, why: Failure) {
-        if !self.failed.swap(true, Ordering::AcqRel) {
+        if !self.failed.xchg(true, Full) {
             pr_err!("connection to {} failed: {}\n", Addr(self.dst), why);
         }
         self.bound.fail_later();
@@ -625,7 +597,7 @@ impl CmHandler for IserConn {
                     "RDMA device of the connection to {} removed: freeing its resources\n",
                     Addr(self.dst)
                 );
-                if was_up && !self.logged_out.load(Ordering::Acquire) {
+                if was_up && !self.logged_out.load(Acquire) {
                     self.fail(Failure::DeviceRemoved);
                 }
                 // If `ep_disconnect` is freeing them already, its drop of
@@ -643,7 +615,7 @@ impl CmHandler for IserConn {
                 self.cv.notify_all();
                 drop(st);
                 // After a logout the target closing is the expected end.
-                if was_up && !self.logged_out.load(Ordering::Acquire) {
+                if was_up && !self.logged_out.load(Acquire) {
                     self.fail(match event {
                         CmEvent::AddrChange => Failure::AddrChanged,
                         _ => Failure::Disconnected,

@@ -29,22 +29,24 @@ use crate::{
     },
     rdma::conn::SendOp,
 };
-use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::{alloc::KVec, prelude::*};
 
 /// One task slot's command as the connection tracks it.
 ///
-/// The word is published with `SeqCst` compare-and-exchanges, and read
-/// with `SeqCst` loads where a held TMF Response is decided: a completion
-/// that clears a command's last pending bit, then looks whether a TMF
-/// Response is held, and the TMF path, which holds one, then looks at the
-/// words, cannot both miss the other (see [`Res::events_done`]).
+/// The word is published with fully ordered compare-and-exchanges (a full
+/// barrier before and after, as the kernel's value-returning atomics are),
+/// and the TMF path sets its flag with a fully ordered exchange before it
+/// reads the words: a completion that clears a command's last pending bit,
+/// then looks whether a TMF Response is held, and the TMF path, which holds
+/// one, then looks at the words, cannot both miss the other (see
+/// [`Res::events_done`]).
 pub(super) struct Slot {
     /// The completion word ([`Word`]).
-    word: AtomicU64,
+    word: Atomic<u64>,
     /// The LUN of the slot's last command, as in its BHS (a TMF's scope
     /// names it): written by the sender before it publishes the word.
-    lun: AtomicU64,
+    lun: Atomic<u64>,
     /// The command's one task reference while its word says `REF`.
     hold: TaskHold,
 }
@@ -52,19 +54,19 @@ pub(super) struct Slot {
 impl Slot {
     pub(super) fn new() -> Self {
         Self {
-            word: AtomicU64::new(Word::default().raw()),
-            lun: AtomicU64::new(0),
+            word: Atomic::new(Word::default().raw()),
+            lun: Atomic::new(0),
             hold: TaskHold::new(),
         }
     }
 
     /// The slot's word as it is now.
     pub(super) fn word(&self) -> Word {
-        Word::from_raw(self.word.load(Ordering::SeqCst))
+        Word::from_raw(self.word.load(Acquire))
     }
 
     fn lun(&self) -> [u8; 8] {
-        self.lun.load(Ordering::Acquire).to_ne_bytes()
+        self.lun.load(Acquire).to_ne_bytes()
     }
 
     /// Applies the transition `f` to the word and publishes the result;
@@ -73,18 +75,13 @@ impl Slot {
         &self,
         f: impl Fn(Word) -> core::result::Result<Step, Violation>,
     ) -> core::result::Result<Step, Violation> {
-        let mut cur = self.word.load(Ordering::SeqCst);
+        let mut cur = self.word.load(Acquire);
         loop {
             let s = f(Word::from_raw(cur))?;
             if s.word.raw() == cur {
                 return Ok(s);
             }
-            match self.word.compare_exchange_weak(
-                cur,
-                s.word.raw(),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+            match self.word.cmpxchg(cur, s.word.raw(), Full) {
                 Ok(_) => return Ok(s),
                 Err(now) => cur = now,
             }
@@ -231,8 +228,7 @@ impl Res {
                 return Err(Self::slot_reused(idx));
             }
         }
-        s.lun
-            .store(u64::from_ne_bytes(bhs.lun()), Ordering::Release);
+        s.lun.store(u64::from_ne_bytes(bhs.lun()), Release);
         match s.apply(|w| slot::post(w, p)) {
             Ok(_) => Ok(()),
             Err(_) => {
@@ -374,7 +370,7 @@ impl Res {
             }
         };
         if invalidated.is_some() {
-            self.remote_invs.fetch_add(1, Ordering::Relaxed);
+            self.counters.remote_invs.add(1, Relaxed);
             self.conn.mr_invalidated(idx);
         }
         let (step, spare) = match step.task_ref {
@@ -451,7 +447,7 @@ impl Res {
 
     /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
     pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), Failure> {
-        self.local_invs.fetch_add(1, Ordering::Relaxed);
+        self.counters.local_invs.add(1, Relaxed);
         self.conn
             .post_send(SendOp::LocalInv {
                 mr: idx,
@@ -471,16 +467,17 @@ impl Res {
         if keeps_tmf(scope, self.words()) {
             return None;
         }
-        self.tmf_held.store(false, Ordering::SeqCst);
+        self.tmf_held.store(false, Relaxed);
         t.held.take().map(|h| h.bhs)
     }
 
     /// After events that may have ended commands a held TMF Response
     /// waits for: the response, if it may go now. The flag is read after
-    /// the events' `SeqCst` exchanges, and set by [`Res::tmf_response`]
-    /// before it reads the words: one of the two sees the other.
+    /// the events' fully ordered exchanges, and set by
+    /// [`Res::tmf_response`] with one before it reads the words: one of the
+    /// two sees the other.
     pub(super) fn events_done(&self) -> Option<Bhs> {
-        if self.tmf_held.load(Ordering::SeqCst) {
+        if self.tmf_held.load(Relaxed) {
             self.release_held()
         } else {
             None
@@ -523,7 +520,8 @@ impl Res {
                 bhs: *bhs,
                 scope: req.scope,
             });
-            self.tmf_held.store(true, Ordering::SeqCst);
+            // Fully ordered: the words are read after it.
+            self.tmf_held.xchg(true, Full);
         }
         Ok(self.release_held().is_none())
     }

@@ -24,7 +24,7 @@ use crate::{
     },
     trace,
 };
-use core::sync::atomic::Ordering;
+use kernel::sync::atomic::{Full, Relaxed, Release};
 use kernel::{prelude::*, sync::rcu};
 
 impl IserConn {
@@ -142,7 +142,7 @@ impl IserConn {
             return Err(Self::foreign(rkey, pdu));
         }
         if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
-            self.counters.async_refused.fetch_add(1, Ordering::Relaxed);
+            self.counters.async_refused.add(1, Relaxed);
             pr_err!(
                 "target sent more than {} async messages in a second\n",
                 ASYNC_PER_SEC
@@ -151,7 +151,7 @@ impl IserConn {
         }
         match pdu.opcode {
             TargetOpcode::TextResponse => {
-                self.text_rsps.fetch_add(1, Ordering::Relaxed);
+                self.counters.text_rsps.add(1, Relaxed);
             }
             TargetOpcode::LogoutResponse => {
                 // libiscsi takes a Logout Response for any management ITT:
@@ -170,7 +170,7 @@ impl IserConn {
                     );
                     return Err(Failure::LogoutWithoutLogout);
                 }
-                self.logged_out.store(true, Ordering::Release);
+                self.logged_out.store(true, Release);
             }
             TargetOpcode::TmfResponse => {
                 // It carries no data (RFC 7143 11.6); libiscsi refuses one
@@ -214,7 +214,7 @@ impl IserConn {
             && login::login_ok(bhs)
             && login::enters_full_feature(bhs)
         {
-            if res.ff_posted.swap(true, Ordering::AcqRel) {
+            if res.ff_posted.xchg(true, Full) {
                 pr_err!("target sent a second full-feature Login Response\n");
                 return Err(Failure::SecondFullFeature);
             }

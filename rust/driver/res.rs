@@ -7,6 +7,7 @@ use super::{
     conn::IserConn,
     device::DevUse,
     memory::{Slot, Track},
+    stats::Counters,
     tags::{DataOutPool, SendTag, TagMap, CTRL_TX},
     LOGIN_DATA,
 };
@@ -19,9 +20,7 @@ use crate::{
     rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir, RecvBuf},
 };
 use core::num::NonZeroU32;
-use core::sync::atomic::AtomicBool;
-use core::sync::atomic::AtomicU32;
-use core::sync::atomic::AtomicU64;
+use kernel::sync::atomic::Atomic;
 use kernel::{
     alloc::{KBox, KVec},
     new_spinlock_irq,
@@ -47,13 +46,15 @@ pub(super) struct Res {
     pub(super) track: Pin<KBox<SpinLockIrq<Track>>>,
     /// A TMF Response is held in `track` (read by every completion
     /// without the lock: see `Res::events_done`).
-    pub(super) tmf_held: AtomicBool,
+    pub(super) tmf_held: Atomic<bool>,
     pub(super) conn: Connection<IserConn>,
     /// Completed by the drop once the QP is gone and the task references
     /// are dropped.
     quiesced: Arc<Completion>,
     /// The owning connection's address, which its tracepoint events carry.
     pub(super) trace_id: usize,
+    /// The owning connection's counters.
+    pub(super) counters: Arc<Counters>,
     pub(super) dev: DevUse,
     pub(super) sizing: ConnSizing,
     /// Buffers of control PDUs that carry data (login, text, NOP-Out with
@@ -71,18 +72,13 @@ pub(super) struct Res {
     pub(super) ff_recvs: SetOnce<u32>,
     /// The full-feature receives were posted (once: a second full-feature
     /// Login Response is refused). Set by the receive path.
-    pub(super) ff_posted: AtomicBool,
+    pub(super) ff_posted: Atomic<bool>,
     /// The target may invalidate our rkeys with SEND_WITH_INV.
     pub(super) remote_inv: bool,
     /// Command SENDs whose PDU went inline: one in `signal_interval` is
     /// signaled (`proto::sizing::signal_interval`). Counted by
     /// `xmit_task` on any CPU; only its remainder matters.
-    pub(super) inline_sends: AtomicU32,
-    /// Registrations the target invalidated with its response, and those
-    /// riser invalidated itself (LOCAL_INV) before completing the command.
-    /// Counted by the receive path and the send path; read at teardown.
-    pub(super) remote_invs: AtomicU64,
-    pub(super) local_invs: AtomicU64,
+    pub(super) inline_sends: Atomic<u32>,
     /// Non-zero by type: the remainder by it has no panic path.
     pub(super) signal_interval: NonZeroU32,
 }
@@ -163,19 +159,22 @@ impl Bufs {
 }
 
 impl Res {
+    /// The resources of `ep`'s connection `conn`. The target may
+    /// invalidate riser's keys (SEND_WITH_INV) when every command
+    /// registers its memory (always_register).
     pub(super) fn new(
+        ep: &IserConn,
         conn: Connection<IserConn>,
-        quiesced: Arc<Completion>,
-        trace_id: usize,
         dev: DevUse,
         sizing: ConnSizing,
         b: Bufs,
-        remote_inv: bool,
     ) -> Self {
         Res {
             conn,
-            quiesced,
-            trace_id,
+            quiesced: ep.quiesced.clone(),
+            trace_id: crate::trace::id(ep),
+            counters: ep.counters.clone(),
+            remote_inv: ep.params.always_register,
             dev,
             sizing,
             ctrl_tx: b.ctrl_tx,
@@ -185,13 +184,10 @@ impl Res {
             dataouts: b.dataouts,
             slots: b.slots,
             track: b.track,
-            tmf_held: AtomicBool::new(false),
+            tmf_held: Atomic::new(false),
             ff_recvs: SetOnce::default(),
-            ff_posted: AtomicBool::new(false),
-            remote_inv,
-            inline_sends: AtomicU32::new(0),
-            remote_invs: AtomicU64::new(0),
-            local_invs: AtomicU64::new(0),
+            ff_posted: Atomic::new(false),
+            inline_sends: Atomic::new(0),
             signal_interval: NonZeroU32::new(sizing::signal_interval(sizing.max_cmds))
                 .unwrap_or(NonZeroU32::MIN),
         }

@@ -23,7 +23,7 @@ use crate::{
     rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp},
     trace,
 };
-use core::sync::atomic::Ordering;
+use kernel::sync::atomic::Relaxed;
 use kernel::{prelude::*, sync::Arc};
 
 impl Res {
@@ -207,7 +207,7 @@ impl Res {
             _ => None,
         };
         let send = if plan.inline {
-            let n = self.inline_sends.fetch_add(1, Ordering::Relaxed);
+            let n = self.inline_sends.fetch_add(1, Relaxed);
             CmdSend::Inline {
                 bytes: &hdrs,
                 signaled: n % self.signal_interval == 0,

@@ -5,42 +5,76 @@
 
 use super::conn::IserConn;
 use crate::{iscsi::CustomStats, rdma::conn::Wc};
-use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::sync::atomic::{Atomic, Relaxed};
 
-/// A connection's counters for `iscsiadm -m session -s` (ib_iser reports
-/// none). Each is counted by one path, with relaxed increments: they are
-/// statistics, read while they move.
-#[derive(Default)]
+/// Everything a connection counts: what `iscsiadm -m session -s` shows
+/// (ib_iser reports none of riser's own), the data octets of its standard
+/// statistics, and what its end logs. One set, shared by the connection
+/// and its resources (which count the invalidations), so that it outlives
+/// their revocation. Each is counted by one path, with relaxed
+/// increments: they are statistics, read while they move.
 pub(crate) struct Counters {
     /// Completions flushed by the QP's teardown (receive and send).
     /// Completion handlers (softirq).
-    pub(super) flushed: AtomicU64,
+    pub(super) flushed: Atomic<u64>,
     /// Completions with an error status other than a flush. Completion
     /// handlers.
-    pub(super) wc_errors: AtomicU64,
+    pub(super) wc_errors: Atomic<u64>,
     /// Of those, the peer's receive-not-ready retries exhausted
     /// (`IB_WC_RNR_RETRY_EXC_ERR`). Completion handlers.
-    pub(super) rnr_exceeded: AtomicU64,
+    pub(super) rnr_exceeded: Atomic<u64>,
     /// Commands refused for a full send queue (or no free send slot,
     /// Data-Out header or work request), which libiscsi requeues.
     /// `xmit_task`.
-    pub(super) sq_full: AtomicU64,
+    pub(super) sq_full: Atomic<u64>,
     /// Async messages past the limit (the connection fails on the
     /// first). The receive path.
-    pub(super) async_refused: AtomicU64,
+    pub(super) async_refused: Atomic<u64>,
     /// Login Requests sent (each round of the login). iscsid's send_pdu.
-    pub(super) login_rounds: AtomicU64,
+    pub(super) login_rounds: Atomic<u64>,
+    /// Commands sent with an unregistered buffer (always_register=0).
+    /// `xmit_task`.
+    pub(super) unreg_cmds: Atomic<u64>,
+    /// Registrations the target invalidated with its response. The
+    /// receive path.
+    pub(super) remote_invs: Atomic<u64>,
+    /// Registrations riser invalidated itself (LOCAL_INV) before
+    /// completing their command. The receive and send paths.
+    pub(super) local_invs: Atomic<u64>,
+    /// SCSI data octets written and read. `xmit_task`.
+    pub(super) tx_octets: Atomic<u64>,
+    pub(super) rx_octets: Atomic<u64>,
+    /// Text responses received (discovery). The receive path.
+    pub(super) text_rsps: Atomic<u64>,
 }
 
 impl Counters {
+    /// All zero.
+    pub(super) const fn new() -> Self {
+        Self {
+            flushed: Atomic::new(0),
+            wc_errors: Atomic::new(0),
+            rnr_exceeded: Atomic::new(0),
+            sq_full: Atomic::new(0),
+            async_refused: Atomic::new(0),
+            login_rounds: Atomic::new(0),
+            unreg_cmds: Atomic::new(0),
+            remote_invs: Atomic::new(0),
+            local_invs: Atomic::new(0),
+            tx_octets: Atomic::new(0),
+            rx_octets: Atomic::new(0),
+            text_rsps: Atomic::new(0),
+        }
+    }
+
     /// Counts a completion that did not succeed.
     pub(super) fn completion_failed(&self, wc: &Wc) {
         if wc.flushed() {
-            self.flushed.fetch_add(1, Ordering::Relaxed);
+            self.flushed.add(1, Relaxed);
         } else {
-            self.wc_errors.fetch_add(1, Ordering::Relaxed);
+            self.wc_errors.add(1, Relaxed);
             if wc.rnr_retry_exceeded() {
-                self.rnr_exceeded.fetch_add(1, Ordering::Relaxed);
+                self.rnr_exceeded.add(1, Relaxed);
             }
         }
     }
@@ -49,23 +83,17 @@ impl Counters {
 /// Writes the counters of `ep`'s connection into `out`.
 pub(super) fn fill(ep: &IserConn, out: &mut CustomStats<'_>) {
     let c = &ep.counters;
-    let (remote, local) = ep.res().map_or((0, 0), |r| {
-        (
-            r.remote_invs.load(Ordering::Relaxed),
-            r.local_invs.load(Ordering::Relaxed),
-        )
-    });
     for (name, v) in [
         (c"rnr_retry_exceeded", &c.rnr_exceeded),
         (c"completions_flushed", &c.flushed),
         (c"completion_errors", &c.wc_errors),
         (c"send_queue_full", &c.sq_full),
-        (c"unregistered_cmds", &ep.unreg_cmds),
+        (c"unregistered_cmds", &c.unreg_cmds),
         (c"async_msgs_refused", &c.async_refused),
         (c"login_rounds", &c.login_rounds),
+        (c"remote_invalidations", &c.remote_invs),
+        (c"local_invalidations", &c.local_invs),
     ] {
-        out.push(name, v.load(Ordering::Relaxed));
+        out.push(name, v.load(Relaxed));
     }
-    out.push(c"remote_invalidations", remote);
-    out.push(c"local_invalidations", local);
 }

@@ -3,7 +3,7 @@
 //! What each send tag of a connection carries, and the pool of unsolicited
 //! Data-Out headers.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::{alloc::KVec, new_spinlock_irq, prelude::*, sync::SpinLockIrq};
 
 /// Control buffers: two, as iscsid sends the next login or text request as
@@ -81,10 +81,10 @@ impl TagMap {
 pub(super) struct DataOutPool {
     free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
     /// Free headers not reserved.
-    avail: AtomicU32,
+    avail: Atomic<u32>,
     /// By header: the task slot of the command whose Data-Out it carries,
     /// written before its post, read by its completion.
-    owner: KVec<AtomicU32>,
+    owner: KVec<Atomic<u32>>,
 }
 
 impl DataOutPool {
@@ -94,11 +94,11 @@ impl DataOutPool {
         let mut owner = KVec::with_capacity(n as usize, GFP_KERNEL)?;
         for i in (0..n).rev() {
             free.push(i, GFP_KERNEL)?;
-            owner.push(AtomicU32::new(0), GFP_KERNEL)?;
+            owner.push(Atomic::new(0), GFP_KERNEL)?;
         }
         Ok(Self {
             free: KBox::pin_init(new_spinlock_irq!(free), GFP_KERNEL)?,
-            avail: AtomicU32::new(n),
+            avail: Atomic::new(n),
             owner,
         })
     }
@@ -106,9 +106,13 @@ impl DataOutPool {
     /// Reserves `n` headers for one command; `None` if fewer are free.
     pub(super) fn reserve(&self, n: u32) -> Option<Reserved<'_>> {
         if n > 0 {
-            self.avail
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
-                .ok()?;
+            let mut a = self.avail.load(Relaxed);
+            loop {
+                match self.avail.cmpxchg(a, a.checked_sub(n)?, Full) {
+                    Ok(_) => break,
+                    Err(now) => a = now,
+                }
+            }
         }
         Some(Reserved {
             pool: self,
@@ -119,10 +123,10 @@ impl DataOutPool {
     /// Header `i`'s SEND completed (or was flushed): the header is free
     /// again. Returns the task slot whose Data-Out it carried.
     pub(super) fn done(&self, i: u32) -> Option<u32> {
-        let owner = self.owner.get(i as usize)?.load(Ordering::Acquire);
+        let owner = self.owner.get(i as usize)?.load(Acquire);
         // The list has room for every header: it was made with all.
         self.free.lock().push(i, GFP_ATOMIC).ok()?;
-        self.avail.fetch_add(1, Ordering::AcqRel);
+        self.avail.fetch_add(1, Full);
         Some(owner)
     }
 }
@@ -149,7 +153,7 @@ impl Reserved<'_> {
         let i = self.pool.free.lock().pop()?;
         self.left -= 1;
         if let Some(o) = self.pool.owner.get(i as usize) {
-            o.store(owner, Ordering::Release);
+            o.store(owner, Release);
         }
         Some(i)
     }
@@ -165,7 +169,7 @@ impl Reserved<'_> {
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         if self.left > 0 {
-            self.pool.avail.fetch_add(self.left, Ordering::AcqRel);
+            self.pool.avail.fetch_add(self.left, Full);
         }
     }
 }
