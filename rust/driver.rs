@@ -316,36 +316,7 @@ impl TransportOps for Iser {
             v => v,
         };
         ep.recv_size.store(size, Relaxed);
-        let (dev, count) = {
-            let res = ep.res().ok_or(ENOTCONN)?;
-            if res.ff_recvs.as_ref().is_some() {
-                return Ok(rewrite);
-            }
-            let count = if discovery {
-                DISCOVERY_RECVS
-            } else {
-                // One receive per command; the last slot is the drain's.
-                res.sizing.max_recv_wr.saturating_sub(1).max(1)
-            };
-            (res.dev.dev.clone(), count)
-        };
-        let len = HEADERS_LEN + size as usize;
-        let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
-        for _ in 0..count {
-            bufs.push(RecvBuf::new(&dev, len)?, GFP_KERNEL)?;
-        }
-        let res = ep.res().ok_or(ENOTCONN)?;
-        for (tag, b) in (1..=count).zip(bufs) {
-            // A tag given its buffer by an earlier attempt that failed
-            // part way keeps it (they are all alike).
-            match res.conn.give_recv_buf(tag, b) {
-                Ok(()) | Err(EBUSY) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        // A target may answer the transit without taking it; the next
-        // request's buffers are then the ones already made.
-        let _ = res.ff_recvs.populate(count);
+        make_ff_recvs(ep, discovery, size)?;
         Ok(rewrite)
     }
 
@@ -436,6 +407,42 @@ impl TransportOps for Iser {
     fn custom_stats(ep: &IserConn, out: &mut CustomStats<'_>) {
         stats::fill(ep, out);
     }
+}
+
+/// Gives `ep`'s full-feature receives their buffers, of `size` data bytes
+/// each, once (a discovery session's fewer), in process context. A target
+/// may answer the transit without taking it; the next request's buffers
+/// are then the ones already made.
+fn make_ff_recvs(ep: &IserConn, discovery: bool, size: u32) -> Result {
+    let (dev, count) = {
+        let res = ep.res().ok_or(ENOTCONN)?;
+        if res.ff_recvs.as_ref().is_some() {
+            return Ok(());
+        }
+        let count = if discovery {
+            DISCOVERY_RECVS
+        } else {
+            // One receive per command; the last slot is the drain's.
+            res.sizing.max_recv_wr.saturating_sub(1).max(1)
+        };
+        (res.dev.dev.clone(), count)
+    };
+    let len = HEADERS_LEN + size as usize;
+    let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
+    for _ in 0..count {
+        bufs.push(RecvBuf::new(&dev, len)?, GFP_KERNEL)?;
+    }
+    let res = ep.res().ok_or(ENOTCONN)?;
+    for (tag, b) in (1..=count).zip(bufs) {
+        // A tag given its buffer by an earlier attempt that failed part
+        // way keeps it (they are all alike).
+        match res.conn.give_recv_buf(tag, b) {
+            Ok(()) | Err(EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = res.ff_recvs.populate(count);
+    Ok(())
 }
 
 impl kernel::InPlaceModule for Riser {

@@ -346,19 +346,7 @@ impl Res {
         // events only clear the word's pending bits, so a command that
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
-        let mut pre = false;
-        if s.word().response_takes_ref(pdu.itt, invalidated.is_some()) {
-            // None if libiscsi has no such command: the transition below
-            // then refuses the response, or finds the reference missing.
-            if let Some(t) = task_ref() {
-                if let Err(t) = s.hold.put(t) {
-                    // libiscsi's own reference is held: not the last.
-                    drop(t);
-                    return Err(Self::own_violation(idx, Violation::Unexpected));
-                }
-                pre = true;
-            }
-        }
+        let pre = Self::take_ref_ahead(s, idx, pdu.itt, invalidated.is_some(), task_ref)?;
         let step = match s.apply(|w| slot::response(w, &r)) {
             Ok(step) => step,
             Err(v) => {
@@ -397,6 +385,33 @@ impl Res {
             }
             None => Ok(task),
         }
+    }
+
+    /// Puts the command's task reference (`task_ref`, looked up by ITT)
+    /// into slot `s` (`idx`) if the response with `itt` (that invalidated,
+    /// or not) will leave the command waiting; says whether it did.
+    #[inline]
+    fn take_ref_ahead(
+        s: &Slot,
+        idx: u32,
+        itt: u32,
+        invalidated: bool,
+        task_ref: impl FnOnce() -> Option<TaskRef>,
+    ) -> core::result::Result<bool, Failure> {
+        if !s.word().response_takes_ref(itt, invalidated) {
+            return Ok(false);
+        }
+        // None if libiscsi has no such command: the transition then
+        // refuses the response, or finds the reference missing.
+        let Some(t) = task_ref() else {
+            return Ok(false);
+        };
+        if let Err(t) = s.hold.put(t) {
+            // libiscsi's own reference is held: not the last.
+            drop(t);
+            return Err(Self::own_violation(idx, Violation::Unexpected));
+        }
+        Ok(true)
     }
 
     #[cold]

@@ -20,7 +20,7 @@ use crate::{
         plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
         slot, tmf,
     },
-    rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp},
+    rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp, Sge},
     trace,
 };
 use kernel::sync::atomic::Relaxed;
@@ -140,31 +140,8 @@ impl Res {
         len: u32,
     ) -> Result<(bool, Option<Failure>)> {
         let idx = task.index();
-        let dir = match dir {
-            Direction::None => DataDir::None,
-            Direction::Read => DataDir::Read,
-            Direction::Write => DataDir::Write,
-            Direction::Bidi => DataDir::Bidi,
-        };
-        // The data is mapped first: how many segments it takes decides
-        // whether it needs a registration.
-        if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
-            task.map_data(&self.dev.dev)?;
-        }
-        let sg = task.mapping();
-        let plan = plan::plan(&Command {
-            dir,
-            len,
-            imm: task.imm_count(),
-            unsol: task.unsol_len(),
-            max_xmit: task.max_xmit_dlength(),
-            segments: sg.map_or(0, |sg| sg.count()),
-            global_rkey: self.conn.pd().global_rkey().is_some(),
-            max_inline: self.conn.max_inline(),
-            // CAST: the headers are 76 bytes.
-            headers: HEADERS_LEN as u32,
-        })
-        .map_err(Self::unplanned)?;
+        let plan = self.plan_command(task, dir, len)?;
+        let unregistered = plan.key == Key::GlobalRkey;
         // The task slot's MR, header buffer and send tag, for this command
         // alone. Busy while the slot's last SEND is being read by the
         // device (libiscsi requeues).
@@ -172,6 +149,7 @@ impl Res {
             EBUSY => EAGAIN,
             e => e,
         })?;
+        let sg = task.mapping();
         let reg = match (plan.key, sg) {
             (Key::None, _) => None,
             (Key::LocalDma, Some(sg)) => Some(sg.local_only(self.conn.pd()).ok_or(EINVAL)?),
@@ -183,94 +161,154 @@ impl Res {
         if reg.as_ref().is_some_and(|r| r.len() < len) {
             return Err(EINVAL);
         }
+        let iser = Self::advertise(plan.advert, reg.as_ref());
+        let bhs = Bhs(task.bhs());
+        let hdrs = Self::headers(iser, &bhs)?;
+        let data = match &reg {
+            Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
+            _ => None,
+        };
+        let send = self.how_sent(&plan, &hdrs, data.as_ref());
+        // Reserve the Data-Out headers first: once the command is posted,
+        // its Data-Outs must go out. Given back when `reserved` goes, as
+        // far as they were not taken.
+        let reserved = self.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
+        // The slot's word, before anything is posted: once it is, a response
+        // on another CPU may complete the command.
+        self.hold_command(task, &bhs, &Self::slot_post(&plan, bhs.itt()))?;
+        let cmd = CmdPost {
+            reg: reg
+                .as_ref()
+                .filter(|_| plan.key == Key::Mr)
+                .map(|r| (r, Self::access(plan.exposure))),
+            send,
+        };
+        if let Err(r) = claim.post(&cmd) {
+            return self
+                .not_posted(idx, r.err, plan.remote_mr() && r.reg_posted)
+                .map(|broken| (unregistered, broken));
+        }
+        let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
+        trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
+        let broken = if plan.dataouts > 0 {
+            self.send_dataouts(task, reg.as_ref(), reserved)
+        } else {
+            None
+        };
+        Ok((unregistered, broken))
+    }
+
+    /// Maps the command's data (how many segments it takes decides whether
+    /// it needs a registration), and plans how it is sent.
+    #[inline]
+    fn plan_command(
+        &self,
+        task: &mut XmitTask<'_, Iser>,
+        dir: Direction,
+        len: u32,
+    ) -> Result<plan::Plan> {
+        let dir = match dir {
+            Direction::None => DataDir::None,
+            Direction::Read => DataDir::Read,
+            Direction::Write => DataDir::Write,
+            Direction::Bidi => DataDir::Bidi,
+        };
+        if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
+            task.map_data(&self.dev.dev)?;
+        }
+        plan::plan(&Command {
+            dir,
+            len,
+            imm: task.imm_count(),
+            unsol: task.unsol_len(),
+            max_xmit: task.max_xmit_dlength(),
+            segments: task.mapping().map_or(0, |sg| sg.count()),
+            global_rkey: self.conn.pd().global_rkey().is_some(),
+            max_inline: self.conn.max_inline(),
+            // CAST: the headers are 76 bytes.
+            headers: HEADERS_LEN as u32,
+        })
+        .map_err(Self::unplanned)
+    }
+
+    /// The iSER header that gives the target the STag and address of the
+    /// registration `reg` the plan advertises.
+    #[inline]
+    fn advertise(advert: Advert, reg: Option<&Registration<'_>>) -> IserHeader {
         let mut iser = IserHeader::default();
-        if let Some(r) = &reg {
+        if let Some(r) = reg {
             let at = |offset: u32| StagVa {
                 stag: r.rkey(),
                 va: r.iova() + u64::from(offset),
             };
-            match plan.advert {
+            match advert {
                 Advert::None => {}
                 Advert::Read => iser.read = Some(at(0)),
                 Advert::Write { offset } => iser.write = Some(at(offset)),
             }
         }
-        let bhs = Bhs(task.bhs());
-        let hdrs = Self::headers(iser, &bhs)?;
-        // A PDU without immediate data goes inline when the QP takes it: the
-        // provider copies it while posting, so the SEND needs no completion
-        // to protect a buffer (only a buffer the device still reads must
-        // wait for one), and only one in `signal_interval` is signaled, for
-        // the send queue's sake. Immediate data is sent from the SCSI buffer.
-        let data = match &reg {
-            Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
-            _ => None,
-        };
-        let send = if plan.inline {
+        iser
+    }
+
+    /// How the command PDU `hdrs` goes. A PDU without immediate data goes
+    /// inline when the QP takes it: the provider copies it while posting,
+    /// so the SEND needs no completion to protect a buffer (only a buffer
+    /// the device still reads must wait for one), and only one in
+    /// `signal_interval` is signaled, for the send queue's sake. Immediate
+    /// data (`data`) is sent from the SCSI buffer.
+    #[inline]
+    fn how_sent<'a>(
+        &self,
+        plan: &plan::Plan,
+        hdrs: &'a [u8],
+        data: Option<&'a Sge<'a>>,
+    ) -> CmdSend<'a> {
+        if plan.inline {
             let n = self.inline_sends.fetch_add(1, Relaxed);
             CmdSend::Inline {
-                bytes: &hdrs,
+                bytes: hdrs,
                 signaled: n % self.signal_interval == 0,
             }
         } else {
-            CmdSend::Buffered {
-                hdr: &hdrs,
-                data: data.as_ref(),
-            }
-        };
-        // Reserve the Data-Out headers first: once the command is posted,
-        // its Data-Outs must go out. Given back when `reserved` goes, as
-        // far as they were not taken.
-        let dataouts = plan.dataouts;
-        let reserved = self.dataouts.reserve(dataouts).ok_or(EAGAIN)?;
-        // The command's MR is registered by the post.
-        let uses_mr = plan.key == Key::Mr;
-        // Whether the target is given a key it can use until it is
-        // invalidated.
-        let remote_key = plan.remote_mr();
-        // The slot's word, before anything is posted: once it is, a response
-        // on another CPU may complete the command. No task reference: until
-        // its response reaches libiscsi, libiscsi's own holds the command,
-        // and the response takes one if anything is still pending then.
-        let key = match (remote_key, uses_mr && (plan.with_imm || dataouts > 0)) {
+            CmdSend::Buffered { hdr: hdrs, data }
+        }
+    }
+
+    /// What the command with ITT `itt` will owe, for its slot's word: its
+    /// SEND's completion unless inline, its Data-Outs' completions, and the
+    /// key it gives the target, if any (one its SENDs read through too
+    /// when its immediate data or Data-Outs go through its MR). No task
+    /// reference: until its response reaches libiscsi, libiscsi's own
+    /// holds the command, and the response takes one if anything is still
+    /// pending then.
+    #[inline]
+    fn slot_post(plan: &plan::Plan, itt: u32) -> slot::Post {
+        let sends_use_mr = plan.key == Key::Mr && (plan.with_imm || plan.dataouts > 0);
+        let key = match (plan.remote_mr(), sends_use_mr) {
             (false, _) => slot::Key::None,
             (true, false) => slot::Key::Given,
             (true, true) => slot::Key::GivenSendsUseMr,
         };
-        let post = slot::Post {
-            itt: bhs.itt(),
+        slot::Post {
+            itt,
             send: !plan.inline,
-            data_outs: dataouts,
+            data_outs: plan.dataouts,
             key,
             hold: false,
-        };
-        self.hold_command(task, &bhs, &post)?;
-        // What a registration lets the target do: a write whose data all
-        // goes by SEND (immediate data, Data-Outs) gives it no STag, and its
-        // MR no remote access. Otherwise the target holds an rkey it can use
-        // until it is invalidated.
-        let access = match plan.exposure {
+        }
+    }
+
+    /// What a registration lets the target do: a write whose data all goes
+    /// by SEND (immediate data, Data-Outs) gives it no STag, and its MR no
+    /// remote access. Otherwise the target holds an rkey it can use until
+    /// it is invalidated.
+    #[inline]
+    fn access(e: Exposure) -> Access {
+        match e {
             Exposure::Local => Access::Local,
             Exposure::RemoteRead => Access::RemoteRead,
             Exposure::RemoteWrite => Access::RemoteWrite,
-        };
-        let cmd = CmdPost {
-            reg: reg.as_ref().filter(|_| uses_mr).map(|r| (r, access)),
-            send,
-        };
-        if let Err(r) = claim.post(&cmd) {
-            return self
-                .not_posted(idx, r.err, remote_key && r.reg_posted)
-                .map(|broken| (plan.key == Key::GlobalRkey, broken));
         }
-        let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
-        trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
-        let broken = if dataouts > 0 {
-            self.send_dataouts(task, reg.as_ref(), reserved)
-        } else {
-            None
-        };
-        Ok((plan.key == Key::GlobalRkey, broken))
     }
 
     #[cold]

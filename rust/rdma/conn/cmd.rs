@@ -137,6 +137,16 @@ pub(crate) struct CmdRefused {
     pub(crate) reg_posted: bool,
 }
 
+impl CmdRefused {
+    /// Refused before anything was posted.
+    fn before(err: Error) -> Self {
+        Self {
+            err,
+            reg_posted: false,
+        }
+    }
+}
+
 /// The exclusive use of one command slot, taken with
 /// [`Connection::claim_cmd`]: its MR (mapped only through this claim) and
 /// its send tag (taken: the slot's last SEND has completed). One command
@@ -205,24 +215,67 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// Posts the command `p`, once (`EBUSY` after). On error, says whether
     /// the registration went out.
     pub(crate) fn post(&self, p: &CmdPost<'_>) -> core::result::Result<(), CmdRefused> {
-        let refused = |err| CmdRefused {
-            err,
-            reg_posted: false,
-        };
         if self.posted.replace(true) {
-            return Err(refused(EBUSY));
+            return Err(CmdRefused::before(EBUSY));
         }
         let conn = self.conn;
         if conn.qp_destroyed {
-            return Err(refused(ENOTCONN));
+            return Err(CmdRefused::before(ENOTCONN));
         }
         // SAFETY: Only the holder of the slot's MR claim (this value, which
         // posts once) reaches the requests (type invariant of `CmdSlot`).
         let w = unsafe { &mut *self.slot.wrs.get() };
-        let signaled = match &p.send {
+        let signaled = self.fill_send(w, &p.send).map_err(CmdRefused::before)?;
+        let s = self.mr.slot;
+        // The MR's state before the chain, restored for what is not posted.
+        let was = (
+            s.valid.load(Ordering::Acquire),
+            s.reg_rkey.load(Ordering::Acquire),
+        );
+        let (first, inv) = match &p.reg {
+            Some((reg, access)) => self.fill_reg(w, reg, *access, was)?,
+            None => (&raw const w.send, false),
+        };
+        // Fault injection: the provider refuses the chain's last request
+        // (the SEND), so that a chain of several goes out in part.
+        let refuse_send = fault::hit(Site::PostSend);
+        if refuse_send {
+            if p.reg.is_none() {
+                return Err(CmdRefused::before(EIO));
+            }
+            w.reg.wr.next = null_mut();
+        }
+        let mut bad = core::ptr::null();
+        // SAFETY: The QP is valid (not destroyed: checked above, and
+        // `destroy_qp` needs `&mut` of the connection this claim
+        // borrows); the chain's requests, the inline bytes, the header
+        // buffer (the slot's, kept by the connection) and the MR outlive
+        // the call; providers copy work requests, and inline data, when
+        // posting. Each request's `num_sge` entries were written by
+        // `fill_send` and `fill_reg`.
+        let r =
+            to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
+        if refuse_send {
+            w.reg.wr.next = &raw mut w.send;
+        }
+        if r.is_ok() && !refuse_send {
+            if signaled {
+                // The completion releases the tag.
+                self.tag_held.set(false);
+            }
+            return Ok(());
+        }
+        Err(self.refused(w, r.err(), bad, p.reg.is_some(), inv, was))
+    }
+
+    /// Fills in the slot's SEND for `send`; says whether it is signaled.
+    #[inline]
+    fn fill_send(&self, w: &mut Wrs, send: &CmdSend<'_>) -> Result<bool> {
+        let conn = self.conn;
+        let signaled = match send {
             CmdSend::Inline { bytes, signaled } => {
                 if bytes.is_empty() || bytes.len() > conn.max_inline as usize {
-                    return Err(refused(EINVAL));
+                    return Err(EINVAL);
                 }
                 w.sge[0] = bindings::ib_sge {
                     // Inline data is named by its kernel virtual address,
@@ -242,9 +295,9 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 *signaled
             }
             CmdSend::Buffered { hdr, data } => {
-                let buf = self.slot.hdr.as_ref().ok_or(refused(EINVAL))?;
+                let buf = self.slot.hdr.as_ref().ok_or(EINVAL)?;
                 // The tag is held: the device no longer reads the buffer.
-                buf.write(0, hdr).map_err(refused)?;
+                buf.write(0, hdr)?;
                 w.sge[0] = bindings::ib_sge {
                     addr: buf.addr,
                     // CAST: no longer than the buffer, checked by `write`.
@@ -256,7 +309,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                     // Memory this device may read, and not a buffer (which
                     // the tag would have to keep).
                     if d.dev != conn.pd.device_ptr() || !d.to_device || d.buf.is_some() {
-                        return Err(refused(EINVAL));
+                        return Err(EINVAL);
                     }
                     w.sge[1] = d.raw();
                     w.send.num_sge = 2;
@@ -266,91 +319,87 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 true
             }
         };
-        let unsig = (&raw const conn.unsignaled.cqe).cast_mut();
         let cqe = if signaled {
             (&raw const self.tag.cqe).cast_mut()
         } else {
-            unsig
+            (&raw const conn.unsignaled.cqe).cast_mut()
         };
         // SAFETY: Writing the `wr_cqe` member of the union.
         unsafe { *w.send.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
+        Ok(signaled)
+    }
+
+    /// Fills in the slot's REG_MR for `reg` with `access`, and its
+    /// LOCAL_INV if the MR's last registration (`was`: valid, rkey) is
+    /// still valid, and publishes the new one in the MR. Returns the
+    /// chain's first request and whether it invalidates.
+    #[inline]
+    fn fill_reg(
+        &self,
+        w: &mut Wrs,
+        reg: &Registration<'_>,
+        access: Access,
+        was: (bool, u32),
+    ) -> core::result::Result<(*const bindings::ib_send_wr, bool), CmdRefused> {
         let s = self.mr.slot;
-        // The MR's state before the chain, restored for what is not posted.
-        let (was_valid, was_rkey) = (
-            s.valid.load(Ordering::Acquire),
-            s.reg_rkey.load(Ordering::Acquire),
-        );
-        let mut first: *const bindings::ib_send_wr = &raw const w.send;
-        let mut inv = false;
-        if let Some((reg, access)) = &p.reg {
-            // A mapping of this slot's MR, made by this claim (the claim
-            // is borrowed by it): its key is still the MR's.
-            if !reg.mr.is_some_and(|m| core::ptr::eq(m, s)) {
-                return Err(refused(EINVAL));
-            }
-            w.reg.key = reg.rkey;
-            let remote = match access {
-                Access::Local => 0,
-                Access::RemoteRead => bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
-                Access::RemoteWrite => bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
-            };
-            // CAST: the access flags fit an int.
-            w.reg.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
-            first = &raw const w.reg.wr;
-            if was_valid {
-                // A registration the peer was given stays valid until
-                // invalidated: it goes before the MR is registered anew.
-                // SAFETY: Writing the `invalidate_rkey` member of the union.
-                unsafe { *w.inv.ex.invalidate_rkey.as_mut() = was_rkey };
-                first = &raw const w.inv;
-                inv = true;
-            }
-            // Published before the post: a completion racing it sees them.
-            s.reg_rkey.store(reg.rkey, Ordering::Release);
-            s.valid.store(true, Ordering::Release);
+        // A mapping of this slot's MR, made by this claim (the claim is
+        // borrowed by it): its key is still the MR's.
+        if !reg.mr.is_some_and(|m| core::ptr::eq(m, s)) {
+            return Err(CmdRefused::before(EINVAL));
         }
-        // Fault injection: the provider refuses the chain's last request
-        // (the SEND), so that a chain of several goes out in part.
-        let refuse_send = fault::hit(Site::PostSend);
-        if refuse_send {
-            if p.reg.is_none() {
-                return Err(refused(EIO));
-            }
-            w.reg.wr.next = null_mut();
-        }
-        let mut bad = core::ptr::null();
-        // SAFETY: The QP is valid (not destroyed: checked above, and
-        // `destroy_qp` needs `&mut` of the connection this claim
-        // borrows); the chain's requests, the inline bytes, the header
-        // buffer (the slot's, kept by the connection) and the MR outlive
-        // the call; providers copy work requests, and inline data, when
-        // posting. Each request's `num_sge` entries were written above.
-        let r =
-            to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
-        if refuse_send {
-            w.reg.wr.next = &raw mut w.send;
-        }
-        let reg_posted = match r {
-            Ok(()) if !refuse_send => {
-                if signaled {
-                    // The completion releases the tag.
-                    self.tag_held.set(false);
-                }
-                return Ok(());
-            }
-            Ok(()) => true,
-            // What went out before the request refused keeps its effects.
-            Err(_) => p.reg.is_some() && bad == (&raw const w.send),
+        w.reg.key = reg.rkey;
+        let remote = match access {
+            Access::Local => 0,
+            Access::RemoteRead => bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+            Access::RemoteWrite => bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+        };
+        // CAST: the access flags fit an int.
+        w.reg.access = (bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE | remote) as c_int;
+        let (first, inv) = if was.0 {
+            // A registration the peer was given stays valid until
+            // invalidated: it goes before the MR is registered anew.
+            // SAFETY: Writing the `invalidate_rkey` member of the union.
+            unsafe { *w.inv.ex.invalidate_rkey.as_mut() = was.1 };
+            (&raw const w.inv, true)
+        } else {
+            (&raw const w.reg.wr, false)
+        };
+        // Published before the post: a completion racing it sees them.
+        s.reg_rkey.store(reg.rkey, Ordering::Release);
+        s.valid.store(true, Ordering::Release);
+        Ok((first, inv))
+    }
+
+    /// A post that went out in part or not at all (`err`, the provider's
+    /// error, none if the fault injection cut the chain; `bad`, the
+    /// request it stopped at): what of the chain (with a registration if
+    /// `with_reg`, after a LOCAL_INV if `inv`) went out keeps its effects,
+    /// and the MR's state before the post (`was`) is restored for the
+    /// rest.
+    #[cold]
+    fn refused(
+        &self,
+        w: &Wrs,
+        err: Option<Error>,
+        bad: *const bindings::ib_send_wr,
+        with_reg: bool,
+        inv: bool,
+        was: (bool, u32),
+    ) -> CmdRefused {
+        let reg_posted = match err {
+            None => true,
+            Some(_) => with_reg && bad == (&raw const w.send),
         };
         let inv_posted = inv && (reg_posted || bad == (&raw const w.reg.wr));
-        if p.reg.is_some() && !reg_posted {
-            s.reg_rkey.store(was_rkey, Ordering::Release);
-            s.valid.store(was_valid && !inv_posted, Ordering::Release);
+        if with_reg && !reg_posted {
+            let s = self.mr.slot;
+            s.reg_rkey.store(was.1, Ordering::Release);
+            s.valid.store(was.0 && !inv_posted, Ordering::Release);
         }
-        Err(CmdRefused {
-            err: r.err().unwrap_or(EIO),
+        CmdRefused {
+            err: err.unwrap_or(EIO),
             reg_posted,
-        })
+        }
     }
 }
 
