@@ -214,7 +214,12 @@ impl Res {
     /// `bhs`). With `p.hold` (the conservative variant of `proto::slot`,
     /// which the send path does not use: the response takes a reference
     /// when one is needed), the command's one reference is taken first.
-    pub(super) fn hold_command(&self, task: &Task<'_, Iser>, bhs: &Bhs, p: &slot::Post) -> Result {
+    pub(super) fn hold_command(
+        &self,
+        task: &Task<'_, Iser>,
+        lun: [u8; 8],
+        p: &slot::Post,
+    ) -> Result {
         let idx = task.index();
         let s = self.slots.get(idx as usize).ok_or(EINVAL)?;
         if !s.word().quiet() {
@@ -228,7 +233,7 @@ impl Res {
                 return Err(Self::slot_reused(idx));
             }
         }
-        s.lun.store(u64::from_ne_bytes(bhs.lun()), Release);
+        s.lun.store(u64::from_ne_bytes(lun), Release);
         match s.apply(|w| slot::post(w, p)) {
             Ok(_) => Ok(()),
             Err(_) => {

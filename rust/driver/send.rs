@@ -14,7 +14,7 @@ use crate::{
     fault::{self, Site},
     iscsi::{Direction, XmitTask},
     proto::{
-        iser::{IserHeader, StagVa},
+        iser::{IserHeader, StagVa, ISER_HDR_LEN},
         login,
         pdu::{Bhs, HEADERS_LEN},
         plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
@@ -162,20 +162,25 @@ impl Res {
             return Err(EINVAL);
         }
         let iser = Self::advertise(plan.advert, reg.as_ref());
-        let bhs = Bhs(task.bhs());
-        let hdrs = Self::headers(iser, &bhs)?;
+        let mut iser_hdr = [0u8; ISER_HDR_LEN];
+        iser.encode(&mut iser_hdr).map_err(|_| EINVAL)?;
         let data = match &reg {
             Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
             _ => None,
         };
-        let send = self.how_sent(&plan, &hdrs, data.as_ref());
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out. Given back when `reserved` goes, as
         // far as they were not taken.
         let reserved = self.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
         // The slot's word, before anything is posted: once it is, a response
         // on another CPU may complete the command.
-        self.hold_command(task, &bhs, &Self::slot_post(&plan, bhs.itt()))?;
+        let post = Self::slot_post(&plan, task.hdr_itt());
+        self.hold_command(task, task.hdr_lun(), &post)?;
+        // The iSER header goes in front of the BHS in the task slot, and
+        // the two are sent from there (inline) or copied once into the
+        // slot's header buffer.
+        let hdrs = task.prefixed_bhs(&iser_hdr)?;
+        let send = self.how_sent(&plan, hdrs, data.as_ref());
         let cmd = CmdPost {
             reg: reg
                 .as_ref()
@@ -189,7 +194,9 @@ impl Res {
                 .map(|broken| (unregistered, broken));
         }
         let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
-        trace::pdu_sent(self.trace_id, bhs.bytes(), stag);
+        if let Some(bhs) = hdrs.last_chunk() {
+            trace::pdu_sent(self.trace_id, bhs, stag);
+        }
         let broken = if plan.dataouts > 0 {
             self.send_dataouts(task, reg.as_ref(), reserved)
         } else {

@@ -11,7 +11,7 @@ use crate::{
     sg::{DmaDir, SgMapping},
 };
 use core::{
-    cell::UnsafeCell,
+    cell::{Cell, UnsafeCell},
     marker::PhantomData,
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, AtomicU32, Ordering},
@@ -24,6 +24,11 @@ const RESERVED_ITT: u32 = 0xffff_ffff;
 /// The BHS length.
 pub(crate) const BHS_LEN: usize = 48;
 
+/// Room in every task slot just before the BHS, where a transport writes
+/// its own header so that it and the BHS go out as one contiguous header
+/// ([`XmitTask::prefixed_bhs`]).
+pub(crate) const HDR_ROOM: usize = 32;
+
 /// What the layer keeps in each libiscsi task's `dd_data`: the header
 /// libiscsi builds PDUs in, the data mapping (of the transport's type
 /// [`TransportOps::DataMap`], made and dropped by the layer, so it is
@@ -35,7 +40,10 @@ pub(crate) const BHS_LEN: usize = 48;
 /// ([`TaskSlot::init`]), and not moved; its contents are taken (the
 /// mapping undone) when the session is destroyed, leaving a valid empty
 /// slot. `hdr` is where the task's `hdr` points: libiscsi writes it, so
-/// Rust reads it only through raw pointers. `sg` is accessed only through
+/// Rust reads it through raw pointers, or borrows it while the task is
+/// transmitted, when libiscsi does not write it ([`XmitTask`]). `room`,
+/// right before `hdr`, is written only by [`XmitTask::prefixed_bhs`],
+/// once per transmission. `sg` is accessed only through
 /// a [`Task`] of the slot, by `&mut` to change it (`map_data`,
 /// `unmap_data`), and libiscsi never runs two callbacks of one task at
 /// once that reach it (see [`Task`]).
@@ -50,9 +58,14 @@ pub(super) struct TaskSlot<T: TransportOps> {
 /// knowing the transport's mapping type ([`Conn::task_ref`]).
 #[repr(C)]
 pub(super) struct SlotHead {
+    room: Opaque<[u8; HDR_ROOM]>,
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,
     pub(super) refs: SlotRefs,
 }
+
+// `room` ends where the BHS starts, and the BHS is all of `iscsi_hdr`.
+const _: () = assert!(core::mem::offset_of!(SlotHead, hdr) == HDR_ROOM);
+const _: () = assert!(core::mem::size_of::<bindings::iscsi_hdr>() == BHS_LEN);
 
 /// The part of a [`TaskSlot`] that the task's [`TaskRef`]s reach: how many
 /// are alive, and the work that puts the last one when it was dropped
@@ -89,6 +102,7 @@ impl<T: TransportOps> TaskSlot<T> {
         unsafe {
             slot.write(Self {
                 head: SlotHead {
+                    room: Opaque::zeroed(),
                     hdr: Opaque::zeroed(),
                     refs: SlotRefs {
                         count: AtomicU32::new(0),
@@ -204,11 +218,15 @@ pub(crate) struct Task<'a, T: TransportOps> {
 /// `task` satisfies [`Task`]'s invariant, and libiscsi is transmitting
 /// the task for `'a`, under the session's `frwd_lock`: its `data` (the
 /// connection's data buffer for a login or text PDU) holds `data_count`
-/// bytes that nothing rewrites meanwhile, and its `unsol_r2t` is changed
+/// bytes that nothing rewrites meanwhile, its `unsol_r2t` is changed
 /// by no one else (libiscsi prepares unsolicited Data-Outs only in the
-/// transmit path, which that lock serialises).
+/// transmit path, which that lock serialises), and its header (`hdr`,
+/// which libiscsi's prep wrote before it transmits) is not written.
 pub(crate) struct XmitTask<'a, T: TransportOps> {
     task: Task<'a, T>,
+    /// [`XmitTask::prefixed_bhs`] wrote the slot's room (once per
+    /// `XmitTask`: a slice it returned may still be borrowed).
+    prefixed: Cell<bool>,
 }
 
 /// An unsolicited Data-Out PDU to send: its BHS and the part of the data it
@@ -263,6 +281,19 @@ impl<'a, T: TransportOps> Task<'a, T> {
         // SAFETY: `hdr` points to the slot's `iscsi_hdr` (48 bytes), which
         // libiscsi filled before calling the transport.
         unsafe { core::ptr::read((*self.raw()).hdr.cast::<[u8; BHS_LEN]>()) }
+    }
+
+    /// The ITT of the header libiscsi built, as sent (index and session
+    /// age).
+    pub(crate) fn hdr_itt(&self) -> u32 {
+        // SAFETY: `hdr` is valid (above); `itt` is big-endian on the wire.
+        u32::from_be(unsafe { (*(*self.raw()).hdr).itt })
+    }
+
+    /// The LUN field of the header libiscsi built, as sent.
+    pub(crate) fn hdr_lun(&self) -> [u8; 8] {
+        // SAFETY: `hdr` is valid (above).
+        unsafe { (*(*self.raw()).hdr).lun.scsi_lun }
     }
 
     /// Whether the PDU expects no response (ITT reserved): the transport
@@ -371,7 +402,10 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // SAFETY: `Task`'s invariant is part of this type's (function
         // contract).
         let task = unsafe { Task::from_raw(ptr) }?;
-        Some(Self { task })
+        Some(Self {
+            task,
+            prefixed: Cell::new(false),
+        })
     }
 
     /// A management PDU's data segment.
@@ -412,6 +446,42 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         };
         *self.task.sg_mut() = Some(sg);
         Ok(())
+    }
+
+    /// The BHS libiscsi built, with `prefix` (a transport's own header, at
+    /// most [`HDR_ROOM`] bytes) written just before it in the task slot:
+    /// the two as one header, where they stay, for a SEND whose provider
+    /// copies it while posting. Once per transmission (`EBUSY` after);
+    /// `EINVAL` if `prefix` is too long or the task's header is not its
+    /// slot's.
+    pub(crate) fn prefixed_bhs(&self, prefix: &[u8]) -> Result<&[u8]> {
+        let n = prefix.len();
+        if n > HDR_ROOM {
+            return Err(EINVAL);
+        }
+        if self.prefixed.replace(true) {
+            return Err(EBUSY);
+        }
+        let head = self.task.slot().cast::<SlotHead>();
+        // SAFETY: The task is live (type invariant); the slot, whose start
+        // is its `SlotHead` (`repr(C)`), is its `dd_data`.
+        if unsafe { (*self.task.raw()).hdr } != unsafe { (*head).hdr.get() } {
+            return Err(EINVAL);
+        }
+        // SAFETY: `room` is the slot's, `HDR_ROOM` bytes long, and ends
+        // where `hdr` starts (checked at compile time above), so `at` and
+        // the `n + BHS_LEN` bytes from it are inside the slot's head.
+        let at = unsafe { (*head).room.get().cast::<u8>().add(HDR_ROOM - n) };
+        // SAFETY: `room` is written only here, once per `XmitTask` (just
+        // checked; `XmitTask` is not `Sync`, and libiscsi transmits a task
+        // on one CPU at a time, so no other `XmitTask` of the task is
+        // alive): no slice of it is borrowed. `prefix` is other memory.
+        unsafe { core::ptr::copy_nonoverlapping(prefix.as_ptr(), at, n) };
+        // SAFETY: The bytes are initialised (`room` and `hdr` are zeroed
+        // at init) and, for the borrow of `self`, written by no one: the
+        // room only by this call, the BHS by libiscsi only before it
+        // transmits the task (type invariant).
+        Ok(unsafe { core::slice::from_raw_parts(at, n + BHS_LEN) })
     }
 
     /// The next unsolicited Data-Out PDU, if unsolicited data is left.
