@@ -14,24 +14,18 @@
 
 use super::{
     cm::{CmHandler, CmId, CmIdRef},
-    verbs::Mr,
     AsyncEvent, Cq, Device, Pd,
 };
 use crate::{
     bindings,
     fault::{self, Site},
 };
-use core::{
-    marker::PhantomData,
-    mem::MaybeUninit,
-    ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering},
-};
+use core::{mem::MaybeUninit, ptr::NonNull, sync::atomic::Ordering};
 use kernel::{
     alloc::KVec,
     error::to_result,
     prelude::*,
-    sync::{rcu, Arc, SetOnce},
+    sync::{rcu, Arc},
     types::ForeignOwnable,
 };
 
@@ -43,7 +37,6 @@ mod wr;
 
 pub(crate) use super::device::DeviceRef;
 pub(crate) use crate::sg::DmaDir;
-use crate::sg::SgMapping;
 use cmd::CmdSlot;
 pub(crate) use cmd::{CmdPost, CmdSend};
 pub(crate) use dma::{DmaBuf, DmaSg};
@@ -51,8 +44,8 @@ use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{Received, RecvBuf};
+use wr::Tag;
 pub(crate) use wr::{Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, UNSIGNALED_TAG};
-use wr::{DoneFn, Tag};
 
 /// The queue sizes and resources of a [`Connection`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,28 @@
 //! outstanding cannot be claimed, and two CPUs never fill in one slot's
 //! requests at once.
 
-use super::*;
-use core::cell::{Cell, UnsafeCell};
+use super::{
+    dma::{DmaBuf, DmaSg},
+    mr::{MrClaim, MrSlot},
+    wr::{Access, QpHandler, Registration, Sge, Tag},
+    Connection,
+};
+use crate::{
+    bindings,
+    fault::{self, Site},
+    rdma::{cm::CmHandler, Pd},
+    sg::DmaDir,
+};
+use core::{
+    cell::{Cell, UnsafeCell},
+    ptr::null_mut,
+    sync::atomic::Ordering,
+};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    sync::{Arc, SetOnce},
+};
 
 /// The work requests of one command slot, linked once: `inv` -> `reg`
 /// -> `send`; a post starts the chain where its command needs it.

@@ -5,7 +5,15 @@
 //! [`RecvBuf`] owns one the device writes) and SCSI scatterlists mapped
 //! for a command ([`DmaSg`]).
 
-use super::*;
+use super::wr::{Registration, Sge};
+use crate::{
+    bindings,
+    fault::{self, Site},
+    rdma::{device::DeviceRef, Pd},
+    sg::{DmaDir, SgMapping},
+};
+use core::{marker::PhantomData, ptr::NonNull};
+use kernel::{alloc::KVec, prelude::*, sync::Arc};
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///

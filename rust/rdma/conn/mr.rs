@@ -2,7 +2,19 @@
 
 //! Fast-registration memory regions, used only through a claim.
 
-use super::*;
+use super::{dma::DmaSg, wr::Registration};
+use crate::{
+    bindings,
+    fault::{self, Site},
+    rdma::{verbs::Mr, Pd},
+    sg::DmaDir,
+};
+use core::{
+    marker::PhantomData,
+    ptr::null_mut,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
+use kernel::{prelude::*, sync::Arc};
 
 /// A fast-registration MR owned by a connection.
 ///

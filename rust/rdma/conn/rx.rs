@@ -13,7 +13,25 @@
 //! consumes the `Received`. A repost asked for meanwhile (by
 //! [`Connection::post_recv`], from any CPU) is deferred until then.
 
-use super::*;
+use super::{
+    dma::DmaBuf,
+    wr::{DoneFn, QpHandler, Wc},
+};
+use crate::{
+    bindings,
+    fault::{self, Site},
+    rdma::device::DeviceRef,
+    sg::DmaDir,
+};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicU8, Ordering},
+};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    sync::{rcu, SetOnce},
+};
 
 /// No receive of the slot is posted, or being read.
 const IDLE: u8 = 0;
