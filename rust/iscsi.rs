@@ -280,7 +280,7 @@ mod tests {
             _dev: &(),
             _sgl: *mut bindings::scatterlist,
             _nents: u32,
-            _dir: crate::sg::DmaDir,
+            _dir: kernel::dma::DataDirection,
         ) -> Result<Self> {
             Err(EOPNOTSUPP)
         }

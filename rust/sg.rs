@@ -11,25 +11,24 @@
 //! ever borrows it from the task.
 
 use crate::bindings;
-use kernel::prelude::*;
+use kernel::{dma::DataDirection, prelude::*};
 
-/// The direction of a DMA mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DmaDir {
-    /// The device reads the memory (sends, RDMA READ sources).
-    ToDevice,
-    /// The device writes the memory (receives, RDMA WRITE targets).
-    FromDevice,
+/// The C `enum dma_data_direction` value of `dir`, for a mapping: `None`
+/// for [`DataDirection::None`], which the DMA API refuses (a `BUG` in
+/// `dma_map_*`), so that a mapping is never asked for it.
+pub(crate) fn map_dir(dir: DataDirection) -> Option<c_int> {
+    let d = match dir {
+        DataDirection::Bidirectional => bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+        DataDirection::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE,
+        DataDirection::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE,
+        DataDirection::None => return None,
+    };
+    Some(d.0)
 }
 
-impl DmaDir {
-    /// The C `enum dma_data_direction` value.
-    pub(crate) fn raw(self) -> c_int {
-        match self {
-            Self::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE.0,
-            Self::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE.0,
-        }
-    }
+/// Whether the device reads memory mapped for `dir`.
+pub(crate) fn device_reads(dir: DataDirection) -> bool {
+    matches!(dir, DataDirection::ToDevice | DataDirection::Bidirectional)
 }
 
 /// A scatterlist mapped for a device's DMA, unmapped when dropped.
@@ -47,6 +46,6 @@ pub(crate) trait SgMapping: Sized + Send + Sync + 'static {
         dev: &Self::Device,
         sgl: *mut bindings::scatterlist,
         nents: u32,
-        dir: DmaDir,
+        dir: DataDirection,
     ) -> Result<Self>;
 }

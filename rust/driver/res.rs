@@ -17,12 +17,13 @@ use crate::{
         pdu::{Bhs, HEADERS_LEN},
         sizing::{self, ConnSizing},
     },
-    rdma::conn::{Connection, DeviceRef, DmaBuf, DmaDir, RecvBuf},
+    rdma::conn::{Connection, DeviceRef, DmaBuf, RecvBuf},
 };
 use core::num::NonZeroU32;
 use kernel::sync::atomic::Atomic;
 use kernel::{
     alloc::{KBox, KVec},
+    dma::DataDirection,
     new_spinlock_irq,
     prelude::*,
     sync::{Arc, Completion, SetOnce, SpinLockIrq},
@@ -125,7 +126,10 @@ impl Bufs {
         let headers = |n: u32| -> Result<KVec<Arc<DmaBuf>>> {
             let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
             for _ in 0..n {
-                v.push(DmaBuf::new(dev, HEADERS_LEN, DmaDir::ToDevice)?, GFP_KERNEL)?;
+                v.push(
+                    DmaBuf::new(dev, HEADERS_LEN, DataDirection::ToDevice)?,
+                    GFP_KERNEL,
+                )?;
             }
             Ok(v)
         };
@@ -141,7 +145,7 @@ impl Bufs {
         let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
         for _ in 0..CTRL_TX {
             ctrl_tx.push(
-                DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DmaDir::ToDevice)?,
+                DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DataDirection::ToDevice)?,
                 GFP_KERNEL,
             )?;
         }

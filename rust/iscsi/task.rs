@@ -6,17 +6,14 @@ use super::{
     context::{self, BhOff},
     TransportOps,
 };
-use crate::{
-    bindings,
-    sg::{DmaDir, SgMapping},
-};
+use crate::{bindings, sg::SgMapping};
 use core::{
     cell::{Cell, UnsafeCell},
     marker::PhantomData,
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
-use kernel::{prelude::*, sync::rcu, types::Opaque};
+use kernel::{dma::DataDirection, prelude::*, sync::rcu, types::Opaque};
 
 /// The ITT of PDUs that expect no response (libiscsi's RESERVED_ITT).
 const RESERVED_ITT: u32 = 0xffff_ffff;
@@ -426,8 +423,8 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
     /// the mapping lasts until cleanup. [`Task::mapping`] then names it.
     pub(crate) fn map_data(&mut self, dev: &<T::DataMap as SgMapping>::Device) -> Result {
         let dir = match self.direction() {
-            Direction::Read => DmaDir::FromDevice,
-            Direction::Write => DmaDir::ToDevice,
+            Direction::Read => DataDirection::FromDevice,
+            Direction::Write => DataDirection::ToDevice,
             _ => return Err(EINVAL),
         };
         let sc = self.task.sc();

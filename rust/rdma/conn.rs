@@ -36,7 +36,6 @@ mod rx;
 mod wr;
 
 pub(crate) use super::device::DeviceRef;
-pub(crate) use crate::sg::DmaDir;
 use cmd::CmdSlot;
 pub(crate) use cmd::{CmdPost, CmdSend};
 pub(crate) use dma::{DmaBuf, DmaSg};

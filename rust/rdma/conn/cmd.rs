@@ -18,7 +18,7 @@ use crate::{
     bindings,
     fault::{self, Site},
     rdma::{cm::CmHandler, Pd},
-    sg::DmaDir,
+    sg,
 };
 use core::{
     cell::{Cell, UnsafeCell},
@@ -103,7 +103,7 @@ impl CmdSlot {
     /// Gives the slot its header buffer, once; it must be mapped on `pd`'s
     /// device for the device to read.
     pub(super) fn give_header(&self, pd: &Pd, buf: Arc<DmaBuf>) -> Result {
-        if buf.dev.raw() != pd.device_ptr() || buf.dir != DmaDir::ToDevice {
+        if buf.dev.raw() != pd.device_ptr() || !sg::device_reads(buf.dir) {
             return Err(EINVAL);
         }
         if self.hdr.populate(buf) {

@@ -10,10 +10,10 @@ use crate::{
     bindings,
     fault::{self, Site},
     rdma::{device::DeviceRef, Pd},
-    sg::{DmaDir, SgMapping},
+    sg::{self, SgMapping},
 };
 use core::{marker::PhantomData, ptr::NonNull};
-use kernel::{alloc::KVec, prelude::*, sync::Arc};
+use kernel::{alloc::KVec, dma::DataDirection, prelude::*, sync::Arc};
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///
@@ -40,7 +40,9 @@ pub(crate) struct DmaBuf {
     pub(super) ptr: NonNull<u8>,
     pub(super) len: usize,
     pub(super) addr: u64,
-    pub(super) dir: DmaDir,
+    pub(super) dir: DataDirection,
+    /// `dir` as the DMA API takes it.
+    raw_dir: c_int,
 }
 
 // SAFETY: The buffer is plain memory owned by the value.
@@ -53,12 +55,13 @@ unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
     /// Allocates `len` zeroed bytes and maps them on `dev`.
-    pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Arc<Self>> {
+    pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DataDirection) -> Result<Arc<Self>> {
         Ok(Arc::new(Self::alloc(dev, len, dir)?, GFP_KERNEL)?)
     }
 
     /// As [`DmaBuf::new`], unshared.
-    pub(super) fn alloc(dev: &DeviceRef, len: usize, dir: DmaDir) -> Result<Self> {
+    pub(super) fn alloc(dev: &DeviceRef, len: usize, dir: DataDirection) -> Result<Self> {
+        let raw_dir = sg::map_dir(dir).ok_or(EINVAL)?;
         let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
         v.resize(len, 0, GFP_KERNEL)?;
         let (ptr, vlen, cap) = v.into_raw_parts();
@@ -69,7 +72,7 @@ impl DmaBuf {
         }
         // SAFETY: `ptr` points to `len` bytes owned by this function.
         let addr =
-            unsafe { bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, dir.raw()) };
+            unsafe { bindings::riser_ib_dma_map_single(dev.raw(), ptr.cast(), len, raw_dir) };
         // SAFETY: `addr` was returned by the mapping just above.
         if unsafe { bindings::riser_ib_dma_mapping_error(dev.raw(), addr) } != 0 {
             // SAFETY: The parts came from `into_raw_parts` above.
@@ -83,6 +86,7 @@ impl DmaBuf {
             len,
             addr,
             dir,
+            raw_dir,
         })
     }
 
@@ -102,7 +106,7 @@ impl DmaBuf {
             lkey: pd.local_dma_lkey(),
             buf: Some(self),
             dev: self.dev.raw(),
-            to_device: self.dir == DmaDir::ToDevice,
+            to_device: sg::device_reads(self.dir),
             _mem: PhantomData,
         })
     }
@@ -125,7 +129,7 @@ impl DmaBuf {
                 self.dev.raw(),
                 self.addr + off as u64,
                 src.len(),
-                self.dir.raw(),
+                self.raw_dir,
             );
         }
         Ok(())
@@ -140,7 +144,7 @@ impl DmaBuf {
                 self.dev.raw(),
                 self.addr,
                 self.len,
-                self.dir.raw(),
+                self.raw_dir,
             )
         };
     }
@@ -155,7 +159,7 @@ impl DmaBuf {
                 self.dev.raw(),
                 self.addr,
                 n.min(self.len),
-                self.dir.raw(),
+                self.raw_dir,
             )
         };
     }
@@ -200,12 +204,7 @@ impl Drop for DmaBuf {
         // SAFETY: The buffer is mapped at `addr` and was allocated as a
         // `KVec` of capacity `len` (type invariant); nothing refers to it.
         unsafe {
-            bindings::riser_ib_dma_unmap_single(
-                self.dev.raw(),
-                self.addr,
-                self.len,
-                self.dir.raw(),
-            );
+            bindings::riser_ib_dma_unmap_single(self.dev.raw(), self.addr, self.len, self.raw_dir);
             drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
         }
     }
@@ -222,7 +221,9 @@ pub(crate) struct DmaSg {
     pub(super) sgl: NonNull<bindings::scatterlist>,
     pub(super) nents: c_int,
     pub(super) count: c_int,
-    pub(super) dir: DmaDir,
+    pub(super) dir: DataDirection,
+    /// `dir` as the DMA API takes it.
+    raw_dir: c_int,
 }
 
 // SAFETY: The mapping may be released from any thread.
@@ -237,8 +238,9 @@ impl SgMapping for DmaSg {
         dev: &DeviceRef,
         sgl: *mut bindings::scatterlist,
         nents: u32,
-        dir: DmaDir,
+        dir: DataDirection,
     ) -> Result<Self> {
+        let raw_dir = sg::map_dir(dir).ok_or(EINVAL)?;
         let sgl = NonNull::new(sgl).ok_or(EINVAL)?;
         let nents = c_int::try_from(nents)?;
         if fault::hit(Site::DmaMap) {
@@ -246,7 +248,7 @@ impl SgMapping for DmaSg {
         }
         // SAFETY: `sgl` is valid for `nents` entries (function contract).
         let count =
-            unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, dir.raw()) };
+            unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, raw_dir) };
         if count <= 0 {
             return Err(ENOMEM);
         }
@@ -257,6 +259,7 @@ impl SgMapping for DmaSg {
             nents,
             count,
             dir,
+            raw_dir,
         })
     }
 }
@@ -283,7 +286,7 @@ impl DmaSg {
             lkey: pd.local_dma_lkey(),
             mr: None,
             dev: self.dev.raw(),
-            to_device: self.dir == DmaDir::ToDevice,
+            to_device: sg::device_reads(self.dir),
             _sg: PhantomData,
         })
     }
@@ -302,7 +305,7 @@ impl DmaSg {
             lkey: pd.local_dma_lkey(),
             mr: None,
             dev: self.dev.raw(),
-            to_device: self.dir == DmaDir::ToDevice,
+            to_device: sg::device_reads(self.dir),
             _sg: PhantomData,
         })
     }
@@ -338,7 +341,7 @@ impl Drop for DmaSg {
                 self.dev.raw(),
                 self.sgl.as_ptr(),
                 self.nents,
-                self.dir.raw(),
+                self.raw_dir,
             )
         };
     }
@@ -347,6 +350,32 @@ impl Drop for DmaSg {
 #[kunit_tests(riser_rdma_conn)]
 mod tests {
     use super::*;
+
+    /// A mapping is never asked for `DataDirection::None` (the DMA API
+    /// BUGs on it): `DmaBuf::alloc` and `DmaSg::map` refuse it through
+    /// `map_dir`; the others map to the C values, and the device reads
+    /// exactly the memory mapped for it to read.
+    #[test]
+    fn no_mapping_without_a_direction() {
+        use bindings::dma_data_direction as C;
+        assert_eq!(sg::map_dir(DataDirection::None), None);
+        assert_eq!(
+            sg::map_dir(DataDirection::ToDevice),
+            Some(C::DMA_TO_DEVICE.0)
+        );
+        assert_eq!(
+            sg::map_dir(DataDirection::FromDevice),
+            Some(C::DMA_FROM_DEVICE.0)
+        );
+        assert_eq!(
+            sg::map_dir(DataDirection::Bidirectional),
+            Some(C::DMA_BIDIRECTIONAL.0)
+        );
+        assert!(sg::device_reads(DataDirection::ToDevice));
+        assert!(sg::device_reads(DataDirection::Bidirectional));
+        assert!(!sg::device_reads(DataDirection::FromDevice));
+        assert!(!sg::device_reads(DataDirection::None));
+    }
 
     /// The volatile copy moves exactly the `len` bytes asked for, and
     /// nothing around them, at every alignment of either side and every

@@ -7,7 +7,7 @@ use crate::{
     bindings,
     fault::{self, Site},
     rdma::{verbs::Mr, Pd},
-    sg::DmaDir,
+    sg,
 };
 use core::{
     marker::PhantomData,
@@ -113,7 +113,7 @@ impl MrSlot {
                 len: u32::try_from((*p).length)?,
                 mr: Some(self),
                 dev,
-                to_device: sg.dir == DmaDir::ToDevice,
+                to_device: sg::device_reads(sg.dir),
                 _sg: PhantomData,
             }
         };

@@ -21,13 +21,13 @@ use crate::{
     bindings,
     fault::{self, Site},
     rdma::device::DeviceRef,
-    sg::DmaDir,
 };
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU8, Ordering},
 };
 use kernel::{
+    dma::DataDirection,
     error::to_result,
     prelude::*,
     sync::{rcu, SetOnce},
@@ -75,7 +75,7 @@ pub(crate) struct RecvBuf(DmaBuf);
 impl RecvBuf {
     /// Allocates `len` zeroed bytes and maps them on `dev` for it to write.
     pub(crate) fn new(dev: &DeviceRef, len: usize) -> Result<Self> {
-        Ok(Self(DmaBuf::alloc(dev, len, DmaDir::FromDevice)?))
+        Ok(Self(DmaBuf::alloc(dev, len, DataDirection::FromDevice)?))
     }
 
     /// The buffer's length in bytes.
