@@ -15,6 +15,6 @@ mod device;
 mod event;
 mod verbs;
 
-pub(crate) use device::{Client, ClientDriver, ClientRegistry, Device, DeviceCaps};
+pub(crate) use device::{Client, ClientDriver, ClientRegistry, Device, DeviceCaps, DeviceRef};
 pub(crate) use event::AsyncEvent;
 pub(crate) use verbs::{Cq, Pd, PollContext};

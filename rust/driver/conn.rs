@@ -3,9 +3,9 @@
 //! The iSER connection and its RDMA CM state machine: connect, poll,
 //! teardown, and the CM events (iser_verbs.c's connection half).
 
-pub(crate) use super::failure::Failure;
 use super::{
     device::DevUse,
+    failure::Failure,
     res::{Bufs, Res},
     stats::Counters,
     tags::{SendTag, TagMap},

@@ -9,7 +9,7 @@
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
-    rdma::{conn::DeviceRef, AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps},
+    rdma::{AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps, DeviceRef},
     registry::registry,
 };
 use kernel::{

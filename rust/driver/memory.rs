@@ -14,12 +14,7 @@
 //! command: no lock on the command path. The rare PDUs (login, text,
 //! NOP-Out, TMF, logout) keep their bookkeeping in [`Track`], under a lock.
 
-use super::{
-    conn::{Failure, IserConn},
-    res::Res,
-    tags::SendTag,
-    Iser,
-};
+use super::{conn::IserConn, failure::Failure, res::Res, tags::SendTag, Iser};
 use crate::{
     iscsi::{Task, TaskHold, TaskRef},
     proto::{

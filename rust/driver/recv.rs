@@ -5,11 +5,8 @@
 //! release what their work requests held (iser_initiator.c's receive half).
 
 use super::{
-    conn::{Failure, IserConn},
-    memory::Done,
-    res::Res,
-    tags::SendTag,
-    ASYNC_PER_SEC, ITT_INDEX_MASK,
+    conn::IserConn, failure::Failure, memory::Done, res::Res, tags::SendTag, ASYNC_PER_SEC,
+    ITT_INDEX_MASK,
 };
 use crate::{
     fault,

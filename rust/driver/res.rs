@@ -17,7 +17,10 @@ use crate::{
         pdu::{Bhs, HEADERS_LEN},
         sizing::{self, ConnSizing},
     },
-    rdma::conn::{Connection, DeviceRef, DmaBuf, RecvBuf},
+    rdma::{
+        conn::{Connection, DmaBuf, RecvBuf},
+        DeviceRef,
+    },
 };
 use core::num::NonZeroU32;
 use kernel::sync::atomic::Atomic;

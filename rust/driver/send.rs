@@ -4,7 +4,7 @@
 //! immediate data, and unsolicited Data-Outs (iser_initiator.c's send half).
 
 use super::{
-    conn::Failure,
+    failure::Failure,
     memory::{SendRef, Track},
     res::Res,
     tags::{Reserved, SendTag, CTRL_TX},

@@ -35,7 +35,6 @@ mod mr;
 mod rx;
 mod wr;
 
-pub(crate) use super::device::DeviceRef;
 use cmd::CmdSlot;
 pub(crate) use cmd::{CmdPost, CmdSend};
 pub(crate) use dma::{DmaBuf, DmaSg};

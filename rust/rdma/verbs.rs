@@ -7,7 +7,7 @@
 //! Over 500 lines because most of it is the `riser_rdma` KUnit suite,
 //! which drives these objects, the ib_client and the CM on a real device.
 
-use super::{conn::DeviceRef, Device};
+use super::{device::DeviceRef, Device};
 use crate::bindings;
 use core::ptr::NonNull;
 use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
