@@ -96,8 +96,10 @@ const DISCOVERY_RECVS: u32 = 8;
 const DEF_XMIT_CMDS_MAX: u32 = 512;
 /// How long teardown after a logout waits for the target to close.
 const LOGOUT_GRACE_MS: u32 = 1000;
-/// ITT bits that hold the task index (libiscsi's ISCSI_ITT_MASK).
-const ITT_INDEX_MASK: u32 = 0x1fff;
+// The wire's BHS (proto) is the one libiscsi builds (iscsi) and the
+// tracepoints copy: checked here, where the layers meet. (trace's length
+// is checked by the types of the calls that pass proto's headers.)
+const _: () = assert!(BHS_LEN == crate::iscsi::BHS_LEN);
 /// Async messages a target may send in one second. libiscsi passes each to
 /// iscsid over netlink; a flood fills iscsid's socket, and the event that
 /// reports the connection's failure is then lost, so the session never

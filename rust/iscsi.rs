@@ -107,7 +107,9 @@ mod task;
 mod transport;
 
 pub(crate) use stats::CustomStats;
-pub(crate) use task::{Conn, ConnSlot, Direction, Task, TaskHold, TaskRef, XmitTask, BHS_LEN};
+pub(crate) use task::{
+    Conn, ConnSlot, Direction, Task, TaskHold, TaskRef, XmitTask, BHS_LEN, ITT_INDEX_MASK,
+};
 pub(crate) use transport::{Registry, Transport};
 
 use core::net::SocketAddr;

@@ -12,7 +12,8 @@ use crate::bindings;
 use kernel::prelude::*;
 
 /// The BHS length.
-const BHS_LEN: usize = 48;
+/// The BHS length: `struct iscsi_hdr`, which the events copy.
+const BHS_LEN: usize = core::mem::size_of::<bindings::iscsi_hdr>();
 
 /// The address a connection's events carry.
 pub(crate) fn id<T>(conn: &T) -> usize {

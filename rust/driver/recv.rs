@@ -6,10 +6,10 @@
 
 use super::{
     conn::IserConn, failure::Failure, memory::Done, res::Res, tags::SendTag, ASYNC_PER_SEC,
-    ITT_INDEX_MASK,
 };
 use crate::{
     fault,
+    iscsi::ITT_INDEX_MASK,
     proto::{
         login,
         pdu::{Bhs, RxPdu, TargetOpcode},

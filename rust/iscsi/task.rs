@@ -18,8 +18,12 @@ use kernel::{dma::DataDirection, prelude::*, sync::rcu, types::Opaque};
 /// The ITT of PDUs that expect no response (libiscsi's RESERVED_ITT).
 const RESERVED_ITT: u32 = 0xffff_ffff;
 
-/// The BHS length.
-pub(crate) const BHS_LEN: usize = 48;
+/// The BHS length: libiscsi's `struct iscsi_hdr`.
+pub(crate) const BHS_LEN: usize = core::mem::size_of::<bindings::iscsi_hdr>();
+
+/// The bits of an ITT that hold the task's index in the session's pool
+/// (libiscsi's `ISCSI_ITT_MASK`; the rest is the session age).
+pub(crate) const ITT_INDEX_MASK: u32 = bindings::ISCSI_ITT_MASK;
 
 /// Room in every task slot just before the BHS, where a transport writes
 /// its own header so that it and the BHS go out as one contiguous header
@@ -62,7 +66,6 @@ pub(super) struct SlotHead {
 
 // `room` ends where the BHS starts, and the BHS is all of `iscsi_hdr`.
 const _: () = assert!(core::mem::offset_of!(SlotHead, hdr) == HDR_ROOM);
-const _: () = assert!(core::mem::size_of::<bindings::iscsi_hdr>() == BHS_LEN);
 
 /// The part of a [`TaskSlot`] that the task's [`TaskRef`]s reach: how many
 /// are alive, and the work that puts the last one when it was dropped
