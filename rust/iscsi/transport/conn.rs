@@ -13,6 +13,7 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
+    error::from_result,
     prelude::*,
     sync::{rcu, Arc, ArcBorrow},
     types::ForeignOwnable,
@@ -321,46 +322,47 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
     data: *mut c_char,
     data_size: u32,
 ) -> c_int {
-    // SAFETY: The connection is live (contract).
-    let conn = unsafe { conn_of(cls_conn) };
-    let mut rewrite = None;
-    // SAFETY: As above.
-    if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
-        // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
-        let (h, d) = unsafe {
-            (
-                core::ptr::read(hdr.cast::<[u8; BHS_LEN]>()),
-                if data.is_null() || data_size == 0 {
-                    &[][..]
-                } else {
-                    core::slice::from_raw_parts(data.cast::<u8>(), data_size as usize)
-                },
-            )
-        };
-        match T::send_pdu_hook(&ep, &h, d) {
-            Ok(r) => rewrite = r,
-            Err(e) => return e.to_errno(),
+    from_result(|| {
+        // SAFETY: The connection is live (contract).
+        let conn = unsafe { conn_of(cls_conn) };
+        let mut rewrite = None;
+        // SAFETY: As above.
+        if let Some(ep) = unsafe { bound_ep_arc::<T>(conn) } {
+            // SAFETY: `hdr` is a 48-byte BHS, `data` holds `data_size` bytes.
+            let (h, d) = unsafe {
+                (
+                    core::ptr::read(hdr.cast::<[u8; BHS_LEN]>()),
+                    if data.is_null() || data_size == 0 {
+                        &[][..]
+                    } else {
+                        core::slice::from_raw_parts(data.cast::<u8>(), data_size as usize)
+                    },
+                )
+            };
+            rewrite = T::send_pdu_hook(&ep, &h, d)?;
         }
-    }
-    match rewrite {
-        Some(mut r) => {
-            let mut h = bindings::iscsi_hdr::default();
-            // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
-            unsafe {
-                core::ptr::copy_nonoverlapping(r.hdr.as_ptr(), (&raw mut h).cast::<u8>(), BHS_LEN)
-            };
-            let Ok(len) = u32::try_from(r.data.len()) else {
-                return EINVAL.to_errno();
-            };
-            // SAFETY: The connection is live; libiscsi copies the header and
-            // `len` bytes of data before returning.
-            unsafe {
-                bindings::iscsi_conn_send_pdu(cls_conn, &mut h, r.data.as_mut_ptr().cast(), len)
+        match rewrite {
+            Some(mut r) => {
+                let mut h = bindings::iscsi_hdr::default();
+                // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        r.hdr.as_ptr(),
+                        (&raw mut h).cast::<u8>(),
+                        BHS_LEN,
+                    )
+                };
+                let len = u32::try_from(r.data.len())?;
+                // SAFETY: The connection is live; libiscsi copies the header and
+                // `len` bytes of data before returning.
+                Ok(unsafe {
+                    bindings::iscsi_conn_send_pdu(cls_conn, &mut h, r.data.as_mut_ptr().cast(), len)
+                })
             }
+            // SAFETY: Forwarded unchanged (contract).
+            None => Ok(unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) }),
         }
-        // SAFETY: Forwarded unchanged (contract).
-        None => unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) },
-    }
+    })
 }
 
 /// # Safety

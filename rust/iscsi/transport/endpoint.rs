@@ -8,6 +8,7 @@ use crate::bindings;
 use core::sync::atomic::Ordering;
 use kernel::{
     alloc::KVec,
+    error::from_result,
     prelude::*,
     sync::{Arc, Mutex},
 };
@@ -60,20 +61,22 @@ pub(in crate::iscsi) unsafe extern "C" fn get_ep_param_callback<T: TransportOps>
     param: bindings::iscsi_param,
     buf: *mut c_char,
 ) -> c_int {
-    if param != bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS
-        && param != bindings::iscsi_param_ISCSI_PARAM_CONN_PORT
-    {
-        return ENOSYS.to_errno();
-    }
-    // SAFETY: A callback of `T`.
-    let Some(dst) = (unsafe { ep_lookup::<T>(ep) }).and_then(|e| T::ep_dst(&e)) else {
-        return ENOTCONN.to_errno();
-    };
-    let mut ss = crate::sockaddr::storage(dst);
-    // SAFETY: `ss` holds a valid IPv4 or IPv6 address, which
-    // `iscsi_conn_get_addr_param` prints by family; `buf` is a page
-    // (contract).
-    unsafe { bindings::iscsi_conn_get_addr_param(&mut ss, param, buf) }
+    from_result(|| {
+        if param != bindings::iscsi_param_ISCSI_PARAM_CONN_ADDRESS
+            && param != bindings::iscsi_param_ISCSI_PARAM_CONN_PORT
+        {
+            return Err(ENOSYS);
+        }
+        // SAFETY: A callback of `T`.
+        let dst = unsafe { ep_lookup::<T>(ep) }
+            .and_then(|e| T::ep_dst(&e))
+            .ok_or(ENOTCONN)?;
+        let mut ss = crate::sockaddr::storage(dst);
+        // SAFETY: `ss` holds a valid IPv4 or IPv6 address, which
+        // `iscsi_conn_get_addr_param` prints by family; `buf` is a page
+        // (contract).
+        Ok(unsafe { bindings::iscsi_conn_get_addr_param(&mut ss, param, buf) })
+    })
 }
 
 /// How many bytes of the netlink request follow `dst`, the address in an

@@ -11,7 +11,7 @@ use super::{
     *,
 };
 use crate::bindings;
-use kernel::prelude::*;
+use kernel::{error::from_result, prelude::*};
 
 /// # Safety
 ///
@@ -37,26 +37,23 @@ pub(super) unsafe extern "C" fn alloc_pdu_callback<T: TransportOps>(
 pub(super) unsafe extern "C" fn init_task_callback<T: TransportOps>(
     task: *mut bindings::iscsi_task,
 ) -> c_int {
-    // SAFETY: The task is live; its connection is set.
-    let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
-        // No endpoint: the connection is going away. libiscsi fails a
-        // command whose init_task fails (DID_ABORT, an I/O error), and
-        // requeues one whose xmit_task fails: that one refuses it.
-        return 0;
-    };
-    // SAFETY: The task satisfies `Task`'s invariant during the callback.
-    let Some(t) = (unsafe { Task::<T>::from_raw(task) }) else {
-        return EINVAL.to_errno();
-    };
-    // libiscsi holds the session's frwd_lock: what would take it again is
-    // refused or deferred while this lives.
-    let locked = LockedCallback::enter();
-    let r = T::init_task(&ep, &t);
-    drop(locked);
-    match r {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
-    }
+    from_result(|| {
+        // SAFETY: The task is live; its connection is set.
+        let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
+            // No endpoint: the connection is going away. libiscsi fails a
+            // command whose init_task fails (DID_ABORT, an I/O error), and
+            // requeues one whose xmit_task fails: that one refuses it.
+            return Ok(0);
+        };
+        // SAFETY: The task satisfies `Task`'s invariant during the callback.
+        let t = unsafe { Task::<T>::from_raw(task) }.ok_or(EINVAL)?;
+        // libiscsi holds the session's frwd_lock: what would take it again
+        // is refused or deferred while this lives.
+        let locked = LockedCallback::enter();
+        let r = T::init_task(&ep, &t);
+        drop(locked);
+        r.map(|()| 0)
+    })
 }
 
 /// # Safety
@@ -65,43 +62,36 @@ pub(super) unsafe extern "C" fn init_task_callback<T: TransportOps>(
 pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
     task: *mut bindings::iscsi_task,
 ) -> c_int {
-    // SAFETY: As in `init_task_callback`.
-    let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
-        return ENODEV.to_errno();
-    };
-    // The task is live on entry, held by libiscsi's reference; with no
-    // transmit workqueue that is the command's own, which a response on
-    // another CPU may drop as soon as the PDU is posted. `guard` below takes
-    // the layer's reference before the driver posts anything, and that one
-    // keeps `Task`'s invariant for the rest of the call. libiscsi sends it
-    // under the session's frwd_lock, so its data buffer and unsolicited
-    // R2T are this call's.
-    // SAFETY: The task is live here, as said above, and being sent.
-    let Some(mut t) = (unsafe { XmitTask::<T>::from_raw(task) }) else {
-        return EINVAL.to_errno();
-    };
-    // A response on another CPU may complete the task as soon as its PDU
-    // is posted: this reference keeps it (and its SCSI command) until the
-    // driver is done with it.
-    let Some(guard) = t.get_ref() else {
-        return EINVAL.to_errno();
-    };
-    // As in `init_task_callback`: libiscsi holds the frwd_lock.
-    let locked = LockedCallback::enter();
-    let r = T::xmit_task(&ep, &mut t);
-    drop(locked);
-    if r.is_ok() && t.reserved_itt() {
-        // libiscsi leaves the release of a PDU that expects no response to
-        // the transport; a driver that still needs the task took its own
-        // reference.
-        // SAFETY: This drops libiscsi's reference, once: no response will.
-        unsafe { bindings::iscsi_put_task(task) };
-    }
-    drop(guard);
-    match r {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
-    }
+    from_result(|| {
+        // SAFETY: As in `init_task_callback`.
+        let ep = unsafe { bound_ep::<T>((*task).conn) }.ok_or(ENODEV)?;
+        // The task is live on entry, held by libiscsi's reference; with no
+        // transmit workqueue that is the command's own, which a response on
+        // another CPU may drop as soon as the PDU is posted. `guard` below takes
+        // the layer's reference before the driver posts anything, and that one
+        // keeps `Task`'s invariant for the rest of the call. libiscsi sends it
+        // under the session's frwd_lock, so its data buffer and unsolicited
+        // R2T are this call's.
+        // SAFETY: The task is live here, as said above, and being sent.
+        let mut t = unsafe { XmitTask::<T>::from_raw(task) }.ok_or(EINVAL)?;
+        // A response on another CPU may complete the task as soon as its PDU
+        // is posted: this reference keeps it (and its SCSI command) until the
+        // driver is done with it.
+        let guard = t.get_ref().ok_or(EINVAL)?;
+        // As in `init_task_callback`: libiscsi holds the frwd_lock.
+        let locked = LockedCallback::enter();
+        let r = T::xmit_task(&ep, &mut t);
+        drop(locked);
+        if r.is_ok() && t.reserved_itt() {
+            // libiscsi leaves the release of a PDU that expects no response to
+            // the transport; a driver that still needs the task took its own
+            // reference.
+            // SAFETY: This drops libiscsi's reference, once: no response will.
+            unsafe { bindings::iscsi_put_task(task) };
+        }
+        drop(guard);
+        r.map(|()| 0)
+    })
 }
 
 /// # Safety
