@@ -154,8 +154,8 @@ impl IserConn {
                     // Until the CM id below exists.
                     phase: Phase::Failed,
                     released: false,
-                }),
-                cv <- new_condvar!(),
+                }, "riser_conn_state"),
+                cv <- new_condvar!("riser_conn_cv"),
                 bound <- ConnSlot::new(),
                 res: SetOnce::default(),
                 dst,

@@ -106,7 +106,7 @@ impl ClientDriver for Iser {
         let slot = Arc::pin_init(
             pin_init!(DevSlot {
                 dev,
-                ctx <- new_mutex!(DevUsers { ctx: None, users: 0 }),
+                ctx <- new_mutex!(DevUsers { ctx: None, users: 0 }, "riser_dev_users"),
             }),
             GFP_KERNEL,
         )?;

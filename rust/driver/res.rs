@@ -160,7 +160,7 @@ impl Bufs {
             dataouts: DataOutPool::new(n_dataout)?,
             tags,
             slots,
-            track: KBox::pin_init(new_spinlock_irq!(track), GFP_KERNEL)?,
+            track: KBox::pin_init(new_spinlock_irq!(track, "riser_track"), GFP_KERNEL)?,
         })
     }
 }

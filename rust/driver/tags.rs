@@ -97,7 +97,7 @@ impl DataOutPool {
             owner.push(Atomic::new(0), GFP_KERNEL)?;
         }
         Ok(Self {
-            free: KBox::pin_init(new_spinlock_irq!(free), GFP_KERNEL)?,
+            free: KBox::pin_init(new_spinlock_irq!(free, "riser_dataout_free"), GFP_KERNEL)?,
             avail: Atomic::new(n),
             owner,
         })

@@ -172,7 +172,7 @@ impl<T: TransportOps> Transport<T> {
         try_pin_init!(&this in Self {
             _p: PhantomData,
             sht <- sht,
-            eps <- new_mutex!(KVec::new()),
+            eps <- new_mutex!(KVec::new(), "riser_iscsi_eps"),
             tt <- Opaque::try_ffi_init(move |slot: *mut bindings::iscsi_transport| {
                 // SAFETY: `sht` and `eps` were initialised above (fields
                 // initialise in the order written) and are pinned in `this`.

@@ -526,7 +526,7 @@ mod tests {
         SELF_DROPPERS_FREED.store(0, Ordering::Relaxed);
         let h = Arc::pin_init(
             pin_init!(SelfDropper {
-                id <- new_mutex!(None),
+                id <- new_mutex!(None, "riser_test_self_dropper"),
                 done <- Completion::new(),
                 _freed: FreedFlag,
             }),
