@@ -2,6 +2,10 @@
 
 //! Why riser fails a connection, as its log line says it.
 
+/// What a path that may fail the connection returns: its value, or why
+/// the connection must fail.
+pub(crate) type FailResult<T = ()> = core::result::Result<T, Failure>;
+
 /// Why riser fails a connection (hands it to iscsid's recovery): said once
 /// in the log as "connection to ADDR failed: REASON".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,13 @@
 //! command: no lock on the command path. The rare PDUs (login, text,
 //! NOP-Out, TMF, logout) keep their bookkeeping in [`Track`], under a lock.
 
-use super::{conn::IserConn, failure::Failure, res::Res, tags::SendTag, Iser};
+use super::{
+    conn::IserConn,
+    failure::{FailResult, Failure},
+    res::Res,
+    tags::SendTag,
+    Iser,
+};
 use crate::{
     iscsi::{Task, TaskHold, TaskRef},
     proto::{
@@ -323,7 +329,7 @@ impl Res {
         pdu: &RxPdu,
         invalidated: Option<u32>,
         task_ref: impl FnOnce() -> Option<TaskRef>,
-    ) -> core::result::Result<Option<TaskRef>, Failure> {
+    ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(idx as usize) else {
             return match invalidated {
                 Some(rkey) => Err(IserConn::foreign(rkey, pdu)),
@@ -397,7 +403,7 @@ impl Res {
         itt: u32,
         invalidated: bool,
         task_ref: impl FnOnce() -> Option<TaskRef>,
-    ) -> core::result::Result<bool, Failure> {
+    ) -> FailResult<bool> {
         if !s.word().response_takes_ref(itt, invalidated) {
             return Ok(false);
         }
@@ -433,7 +439,7 @@ impl Res {
         w: Word,
         pdu: &RxPdu,
         invalidated: Option<u32>,
-    ) -> core::result::Result<Option<TaskRef>, Failure> {
+    ) -> FailResult<Option<TaskRef>> {
         match v {
             Violation::SecondResponse => {
                 pr_err!(
@@ -461,7 +467,7 @@ impl Res {
     }
 
     /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
-    pub(super) fn invalidate(&self, idx: u32) -> core::result::Result<(), Failure> {
+    pub(super) fn invalidate(&self, idx: u32) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
         self.conn
             .post_send(SendOp::LocalInv {
@@ -502,11 +508,7 @@ impl Res {
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.
-    pub(super) fn tmf_response(
-        &self,
-        req: TmfRequest,
-        bhs: &Bhs,
-    ) -> core::result::Result<bool, Failure> {
+    pub(super) fn tmf_response(&self, req: TmfRequest, bhs: &Bhs) -> FailResult<bool> {
         let mut failure = None;
         if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
             for (i, s) in self.slots.iter().enumerate() {

@@ -5,7 +5,12 @@
 //! release what their work requests held (iser_initiator.c's receive half).
 
 use super::{
-    conn::IserConn, failure::Failure, memory::Done, res::Res, tags::SendTag, ASYNC_PER_SEC,
+    conn::IserConn,
+    failure::{FailResult, Failure},
+    memory::Done,
+    res::Res,
+    tags::SendTag,
+    ASYNC_PER_SEC,
 };
 use crate::{
     fault,
@@ -43,13 +48,7 @@ impl IserConn {
         }
     }
 
-    pub(super) fn deliver(
-        &self,
-        rcu: &rcu::Guard,
-        res: &Res,
-        bytes: &[u8],
-        wc: Wc,
-    ) -> core::result::Result<(), Failure> {
+    pub(super) fn deliver(&self, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
         let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
             Ok(p) => p,
             Err(e) => return Err(Self::malformed(wc.byte_len, e)),
@@ -85,12 +84,7 @@ impl IserConn {
     }
 
     /// Hands the PDU to libiscsi.
-    fn hand_on(
-        &self,
-        rcu: &rcu::Guard,
-        bhs: &Bhs,
-        data: &[u8],
-    ) -> core::result::Result<(), Failure> {
+    fn hand_on(&self, rcu: &rcu::Guard, bhs: &Bhs, data: &[u8]) -> FailResult {
         match self
             .bound
             .with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data))
@@ -129,7 +123,7 @@ impl IserConn {
         bhs: &Bhs,
         data: &[u8],
         wc: Wc,
-    ) -> core::result::Result<(), Failure> {
+    ) -> FailResult {
         if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
             pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
             return Err(Failure::DataInOrR2t);
