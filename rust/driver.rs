@@ -49,6 +49,7 @@ use crate::{
 };
 use conn::IserConn;
 use core::net::SocketAddr;
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
 use kernel::{alloc::KVec, prelude::*, sync::Arc};
 
@@ -244,7 +245,7 @@ impl TransportOps for Iser {
             );
         }
         let room = ep.res().ok_or(ENOTCONN)?.tx_hdrs.len();
-        if conn.cmds_max() as usize > room {
+        if usize::from_safe_cast(conn.cmds_max()) > room {
             pr_err!(
                 "bind: session has {} tasks, the connection {}\n",
                 conn.cmds_max(),
@@ -429,8 +430,8 @@ fn make_ff_recvs(ep: &IserConn, discovery: bool, size: u32) -> Result {
         };
         (res.dev.dev.clone(), count)
     };
-    let len = HEADERS_LEN + size as usize;
-    let mut bufs = KVec::with_capacity(count as usize, GFP_KERNEL)?;
+    let len = HEADERS_LEN + usize::from_safe_cast(size);
+    let mut bufs = KVec::with_capacity(usize::from_safe_cast(count), GFP_KERNEL)?;
     for _ in 0..count {
         bufs.push(RecvBuf::new(&dev, len)?, GFP_KERNEL)?;
     }

@@ -94,6 +94,7 @@ pub(crate) mod param {
 /// with each command (`sizeof(struct iscsi_cmd)`).
 pub(crate) const fn cmd_size() -> u32 {
     let size = size_of::<bindings::iscsi_cmd>();
+    // CAST: u32 to usize, lossless (const context: no From).
     if size > u32::MAX as usize {
         kernel::build_error!("struct iscsi_cmd does not fit a u32");
     }
@@ -592,6 +593,7 @@ mod tests {
 
     #[test]
     fn attr_is_visible_maps_kinds_and_modes() {
+        // CAST: the C enums' small values, as the callback takes them.
         let host = bindings::iscsi_param_type_ISCSI_HOST_PARAM as c_int;
         let param = bindings::iscsi_param_type_ISCSI_PARAM as c_int;
         let name = host_param::INITIATOR_NAME as c_int;

@@ -30,6 +30,7 @@ use crate::{
     },
     rdma::conn::SendOp,
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::{alloc::KVec, prelude::*};
 
@@ -143,7 +144,7 @@ pub(super) struct Track {
 
 impl Track {
     pub(super) fn new(send_tags: u32) -> Result<Self> {
-        let mut puts = KVec::with_capacity(send_tags as usize, GFP_KERNEL)?;
+        let mut puts = KVec::with_capacity(usize::from_safe_cast(send_tags), GFP_KERNEL)?;
         for _ in 0..send_tags {
             puts.push(None, GFP_KERNEL)?;
         }
@@ -159,8 +160,10 @@ impl Track {
     /// (`post`: the completed post's number on the tag) or was not posted
     /// (`None`).
     pub(super) fn send_completed(&mut self, tag: u32, post: Option<u32>) -> Option<TaskRef> {
-        let SendRef { task, post: want } =
-            self.puts.get_mut(tag as usize).and_then(Option::take)?;
+        let SendRef { task, post: want } = self
+            .puts
+            .get_mut(usize::from_safe_cast(tag))
+            .and_then(Option::take)?;
         // A completion taking another post's reference would let that
         // task be freed while the device may still read its SEND.
         if let Some(p) = post {
@@ -222,7 +225,7 @@ impl Res {
         p: &slot::Post,
     ) -> Result {
         let idx = task.index();
-        let s = self.slots.get(idx as usize).ok_or(EINVAL)?;
+        let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
         if !s.word().quiet() {
             return Err(Self::slot_reused(idx));
         }
@@ -264,7 +267,7 @@ impl Res {
         idx: u32,
         f: impl Fn(Word) -> core::result::Result<Step, Violation>,
     ) -> Done {
-        let Some(s) = self.slots.get(idx as usize) else {
+        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
             return Done {
                 task: None,
                 failure: Some(Self::own_violation(idx, Violation::Unexpected)),
@@ -330,7 +333,7 @@ impl Res {
         invalidated: Option<u32>,
         task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> FailResult<Option<TaskRef>> {
-        let Some(s) = self.slots.get(idx as usize) else {
+        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
             return match invalidated {
                 Some(rkey) => Err(IserConn::foreign(rkey, pdu)),
                 // Beyond the slots: libiscsi refuses it.

@@ -26,6 +26,7 @@ use crate::{
     },
     trace,
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{Full, Relaxed, Release};
 use kernel::{prelude::*, sync::rcu};
 
@@ -49,7 +50,7 @@ impl IserConn {
     }
 
     pub(super) fn deliver(&self, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
-        let pdu = match RxPdu::parse(bytes, wc.byte_len as usize) {
+        let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
             Ok(p) => p,
             Err(e) => return Err(Self::malformed(wc.byte_len, e)),
         };
@@ -318,7 +319,7 @@ impl QpHandler for IserConn {
             Some(SendTag::Slot(idx))
                 if res
                     .slots
-                    .get(idx as usize)
+                    .get(usize::from_safe_cast(idx))
                     .is_some_and(|s| s.word().send_due()) =>
             {
                 wc.ok().then(|| res.slot_event(idx, slot::send_done))

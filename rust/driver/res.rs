@@ -23,6 +23,7 @@ use crate::{
     },
 };
 use core::num::NonZeroU32;
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Atomic;
 use kernel::{
     alloc::{KBox, KVec},
@@ -127,7 +128,7 @@ pub(super) struct Bufs {
 impl Bufs {
     pub(super) fn new(dev: &DeviceRef, cmds: u32, n_dataout: u32) -> Result<Self> {
         let headers = |n: u32| -> Result<KVec<Arc<DmaBuf>>> {
-            let mut v = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+            let mut v = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
             for _ in 0..n {
                 v.push(
                     DmaBuf::new(dev, HEADERS_LEN, DataDirection::ToDevice)?,
@@ -141,11 +142,11 @@ impl Bufs {
             dataouts: n_dataout,
         };
         let track = Track::new(tags.tag(SendTag::DataOut(n_dataout)))?;
-        let mut slots = KVec::with_capacity(cmds as usize, GFP_KERNEL)?;
+        let mut slots = KVec::with_capacity(usize::from_safe_cast(cmds), GFP_KERNEL)?;
         for _ in 0..cmds {
             slots.push(Slot::new(), GFP_KERNEL)?;
         }
-        let mut ctrl_tx = KVec::with_capacity(CTRL_TX as usize, GFP_KERNEL)?;
+        let mut ctrl_tx = KVec::with_capacity(usize::from_safe_cast(CTRL_TX), GFP_KERNEL)?;
         for _ in 0..CTRL_TX {
             ctrl_tx.push(
                 DmaBuf::new(dev, HEADERS_LEN + LOGIN_DATA, DataDirection::ToDevice)?,

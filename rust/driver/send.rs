@@ -23,6 +23,7 @@ use crate::{
     rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp, Sge},
     trace,
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
 use kernel::{prelude::*, sync::Arc};
 
@@ -60,11 +61,17 @@ impl Res {
             return Err(EINVAL);
         }
         let free = |tag: u32| {
-            self.conn.send_tag_idle(tag) && t.puts.get(tag as usize).is_some_and(Option::is_none)
+            self.conn.send_tag_idle(tag)
+                && t.puts
+                    .get(usize::from_safe_cast(tag))
+                    .is_some_and(Option::is_none)
         };
         let own = self.tag(SendTag::Slot(idx));
         if data_len == 0 && free(own) {
-            return Ok((own, self.tx_hdrs.get(idx as usize).ok_or(EINVAL)?));
+            return Ok((
+                own,
+                self.tx_hdrs.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?,
+            ));
         }
         (0..CTRL_TX)
             .zip(self.ctrl_tx.iter())
@@ -109,7 +116,7 @@ impl Res {
             // The post just made: the completion cannot take the tag's
             // bookkeeping before this lock is dropped.
             let post = self.conn.send_tag_posts(tag).unwrap_or(0);
-            let slot = t.puts.get_mut(tag as usize).ok_or(EINVAL)?;
+            let slot = t.puts.get_mut(usize::from_safe_cast(tag)).ok_or(EINVAL)?;
             *slot = Some(SendRef { task: r, post });
         }
         // What the responses to these end is decided when they arrive.
@@ -376,7 +383,7 @@ impl Res {
                 task.data_out_failed();
                 break Some(Failure::NoDataOutHeader);
             };
-            let buf = &self.dataout[h as usize];
+            let buf = &self.dataout[usize::from_safe_cast(h)];
             let sent = Self::headers(IserHeader::default(), &Bhs(d.bhs))
                 .and_then(|hdrs| buf.write(0, &hdrs))
                 .and_then(|()| {

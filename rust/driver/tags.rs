@@ -3,6 +3,7 @@
 //! What each send tag of a connection carries, and the pool of unsolicited
 //! Data-Out headers.
 
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::{alloc::KVec, new_spinlock_irq, prelude::*, sync::SpinLockIrq};
 
@@ -90,8 +91,8 @@ pub(super) struct DataOutPool {
 impl DataOutPool {
     /// A pool of `n` headers, all free.
     pub(super) fn new(n: u32) -> Result<Self> {
-        let mut free = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-        let mut owner = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        let mut free = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+        let mut owner = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
         for i in (0..n).rev() {
             free.push(i, GFP_KERNEL)?;
             owner.push(Atomic::new(0), GFP_KERNEL)?;
@@ -123,7 +124,7 @@ impl DataOutPool {
     /// Header `i`'s SEND completed (or was flushed): the header is free
     /// again. Returns the task slot whose Data-Out it carried.
     pub(super) fn done(&self, i: u32) -> Option<u32> {
-        let owner = self.owner.get(i as usize)?.load(Acquire);
+        let owner = self.owner.get(usize::from_safe_cast(i))?.load(Acquire);
         // The list has room for every header: it was made with all.
         self.free.lock().push(i, GFP_ATOMIC).ok()?;
         self.avail.fetch_add(1, Full);
@@ -152,7 +153,7 @@ impl Reserved<'_> {
         }
         let i = self.pool.free.lock().pop()?;
         self.left -= 1;
-        if let Some(o) = self.pool.owner.get(i as usize) {
+        if let Some(o) = self.pool.owner.get(usize::from_safe_cast(i)) {
             o.store(owner, Release);
         }
         Some(i)

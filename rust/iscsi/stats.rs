@@ -5,13 +5,14 @@
 
 use crate::bindings;
 use core::{marker::PhantomData, ptr::NonNull};
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 
 /// The most custom counters one `iscsi_stats` holds.
 pub(crate) const MAX: u32 = bindings::ISCSI_STATS_CUSTOM_MAX;
 
 /// Bytes of a counter's name, its NUL included.
-const DESC_MAX: usize = bindings::ISCSI_STATS_CUSTOM_DESC_MAX as usize;
+const DESC_MAX: usize = kernel::num::casts::u32_as_usize(bindings::ISCSI_STATS_CUSTOM_DESC_MAX);
 
 /// Where a transport writes its counters during `get_stats`.
 ///
@@ -69,7 +70,7 @@ impl CustomStats<'_> {
         unsafe {
             (&raw mut (*s).custom)
                 .cast::<bindings::iscsi_stats_custom>()
-                .add(n as usize)
+                .add(usize::from_safe_cast(n))
                 .write(entry);
             (&raw mut (*s).custom_length).write(n + 1);
         }
@@ -85,6 +86,7 @@ mod tests {
     #[test]
     fn counters_fill_the_reply_and_no_more() -> Result {
         let custom = size_of::<bindings::iscsi_stats_custom>();
+        // CAST: u32 to usize, lossless (here and below).
         let bytes = size_of::<bindings::iscsi_stats>() + custom * (MAX as usize + 1);
         // u64s: the reply's alignment; one entry more than the room, to
         // see that nothing is written there.

@@ -13,6 +13,7 @@ use core::{
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::{dma::DataDirection, prelude::*, sync::rcu, types::Opaque};
 
 /// The ITT of PDUs that expect no response (libiscsi's RESERVED_ITT).
@@ -419,7 +420,7 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // SAFETY: libiscsi's `data` holds `data_count` bytes that nothing
         // rewrites while the task is being sent (type invariant), which
         // outlasts the borrow of `self`.
-        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), count as usize) }
+        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), usize::from_safe_cast(count)) }
     }
 
     /// Maps the command's data on `dev`, in place of any earlier mapping;
@@ -584,6 +585,7 @@ impl Drop for TaskRef {
                 // counted.
                 unsafe {
                     bindings::queue_work_on(
+                        // CAST: WORK_CPU_UNBOUND is a small enum value.
                         bindings::wq_misc_consts_WORK_CPU_UNBOUND as c_int,
                         bindings::system_wq,
                         slot.put_work.get(),
@@ -791,6 +793,7 @@ impl Conn {
         // which is not held here: a volatile read of an aligned `int` sees
         // one value or the other, and either is handled below.
         let logged_in = unsafe { (&raw const (*(*conn).session).state).read_volatile() }
+            // CAST: a small enum value, as the C int field holds it.
             == bindings::ISCSI_STATE_LOGGED_IN as c_int;
         // SAFETY: The connection is live (type invariant); the callers take
         // no session lock and run where one may be taken.

@@ -210,6 +210,7 @@ impl<H: CmHandler> CmId<H> {
             bindings::riser_rdma_create_id(
                 Some(Self::event_callback),
                 ctx.cast(),
+                // CAST: small enum values, as the C helper takes them.
                 bindings::rdma_ucm_port_space_RDMA_PS_TCP as c_int,
                 bindings::ib_qp_type_IB_QPT_RC as c_int,
             )

@@ -21,6 +21,7 @@ use crate::{
     fault::{self, Site},
 };
 use core::{mem::MaybeUninit, ptr::NonNull, sync::atomic::Ordering};
+use kernel::num::casts::FromSafeCast;
 use kernel::{
     alloc::KVec,
     error::to_result,
@@ -189,16 +190,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         KVec<MrSlot>,
         KVec<CmdSlot>,
     )> {
-        let mut recv = KVec::with_capacity(caps.recv_tags as usize, GFP_KERNEL)?;
+        let mut recv = KVec::with_capacity(usize::from_safe_cast(caps.recv_tags), GFP_KERNEL)?;
         for i in 0..caps.recv_tags {
             recv.push(RecvSlot::new(i, Self::recv_done_cb), GFP_KERNEL)?;
         }
-        let mut send = KVec::with_capacity(caps.send_tags as usize, GFP_KERNEL)?;
+        let mut send = KVec::with_capacity(usize::from_safe_cast(caps.send_tags), GFP_KERNEL)?;
         for i in 0..caps.send_tags {
             send.push(Tag::new(i, Self::send_done_cb), GFP_KERNEL)?;
         }
         let unsignaled = KBox::new(Tag::new(UNSIGNALED_TAG, Self::send_done_cb), GFP_KERNEL)?;
-        let mut mrs = KVec::with_capacity(caps.mrs as usize, GFP_KERNEL)?;
+        let mut mrs = KVec::with_capacity(usize::from_safe_cast(caps.mrs), GFP_KERNEL)?;
         for _ in 0..caps.mrs {
             mrs.push(MrSlot::new(pd, caps.pages_per_mr)?, GFP_KERNEL)?;
         }
@@ -208,8 +209,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             return Err(EINVAL);
         }
         let unsig = (&raw const unsignaled.cqe).cast_mut();
-        let mut cmds = KVec::with_capacity(caps.cmd_slots as usize, GFP_KERNEL)?;
-        for (i, mr) in mrs.iter().enumerate().take(caps.cmd_slots as usize) {
+        let mut cmds = KVec::with_capacity(usize::from_safe_cast(caps.cmd_slots), GFP_KERNEL)?;
+        for (i, mr) in mrs
+            .iter()
+            .enumerate()
+            .take(usize::from_safe_cast(caps.cmd_slots))
+        {
             // CAST: `i` < `cmd_slots`, a u32.
             let tag = caps.cmd_tag_base + i as u32;
             let cqe = (&raw const send[tag as usize].cqe).cast_mut();
@@ -347,7 +352,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// tag taken meanwhile makes [`Connection::post_send`] fail with
     /// `EBUSY` before anything is posted.
     pub(crate) fn send_tag_idle(&self, tag: u32) -> bool {
-        self.send_tags.get(tag as usize).is_some_and(Tag::idle)
+        self.send_tags
+            .get(usize::from_safe_cast(tag))
+            .is_some_and(Tag::idle)
     }
 
     /// How many work requests were posted (or refused after taking the
@@ -356,7 +363,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// says.
     pub(crate) fn send_tag_posts(&self, tag: u32) -> Option<u32> {
         self.send_tags
-            .get(tag as usize)
+            .get(usize::from_safe_cast(tag))
             .map(|t| t.posts.load(Ordering::Acquire))
     }
 
@@ -364,7 +371,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// connection's life; once per tag (`EBUSY` after). The buffer must be
     /// mapped on the connection's device.
     pub(crate) fn give_recv_buf(&self, tag: u32, buf: RecvBuf) -> Result {
-        let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
+        let t = self
+            .recv_tags
+            .get(usize::from_safe_cast(tag))
+            .ok_or(EINVAL)?;
         // Its receives name it with the PD's lkey, on this device, and
         // its length as a u32.
         if buf.device_ptr() != self.pd.device_ptr() || u32::try_from(buf.len()).is_err() {
@@ -381,7 +391,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
-        let t = self.recv_tags.get(tag as usize).ok_or(EINVAL)?;
+        let t = self
+            .recv_tags
+            .get(usize::from_safe_cast(tag))
+            .ok_or(EINVAL)?;
         // SAFETY: The QP is valid (not destroyed: checked on entry, and
         // `destroy_qp` needs `&mut self`); the tag's completions reach
         // this connection's handler.
@@ -391,7 +404,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Takes MR `mr` for exclusive use until the returned claim is
     /// dropped; `EBUSY` while another claim holds it.
     fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
-        let slot = self.mrs.get(mr as usize).ok_or(EINVAL)?;
+        let slot = self.mrs.get(usize::from_safe_cast(mr)).ok_or(EINVAL)?;
         slot.claimed
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| EBUSY)?;
@@ -402,14 +415,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// The rkey of MR `mr`'s last posted registration.
     pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
         self.mrs
-            .get(mr as usize)
+            .get(usize::from_safe_cast(mr))
             .map(|s| s.reg_rkey.load(Ordering::Acquire))
     }
 
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
     /// rkey).
     pub(crate) fn mr_invalidated(&self, mr: u32) {
-        if let Some(s) = self.mrs.get(mr as usize) {
+        if let Some(s) = self.mrs.get(usize::from_safe_cast(mr)) {
             s.valid.store(false, Ordering::Release);
         }
     }
@@ -438,10 +451,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let mut inv_before = None;
         let tag = match op {
             SendOp::LocalInv { mr, tag } => {
-                let s = self.mrs.get(mr as usize).ok_or(EINVAL)?;
+                let s = self.mrs.get(usize::from_safe_cast(mr)).ok_or(EINVAL)?;
                 let t = match tag {
                     Some(t) => {
-                        let t = self.send_tags.get(t as usize).ok_or(EINVAL)?;
+                        let t = self.send_tags.get(usize::from_safe_cast(t)).ok_or(EINVAL)?;
                         t.hold(None)?;
                         // CAST: the flag fits an int.
                         wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
@@ -461,7 +474,10 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 sges: list,
                 keep,
             } => {
-                let t = self.send_tags.get(tag as usize).ok_or(EINVAL)?;
+                let t = self
+                    .send_tags
+                    .get(usize::from_safe_cast(tag))
+                    .ok_or(EINVAL)?;
                 if list.is_empty() || list.len() > 2 {
                     return Err(EINVAL);
                 }

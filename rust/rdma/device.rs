@@ -37,7 +37,9 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 /// A device's name as it was when read.
-pub(crate) struct DeviceName([c_char; bindings::IB_DEVICE_NAME_MAX as usize]);
+pub(crate) struct DeviceName(
+    [c_char; kernel::num::casts::u32_as_usize(bindings::IB_DEVICE_NAME_MAX)],
+);
 
 impl DeviceName {
     /// The name's bytes, up to the first NUL.

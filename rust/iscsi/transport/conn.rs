@@ -12,6 +12,7 @@ use core::{
     ptr::{null_mut, NonNull},
     sync::atomic::{AtomicPtr, Ordering},
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::{
     error::from_result,
     prelude::*,
@@ -291,6 +292,7 @@ pub(super) unsafe extern "C" fn set_param_callback<T: TransportOps>(
             if asked > have {
                 let mut s = [0u8; 12];
                 let n = fmt_u32(have, &mut s);
+                // CAST: `n` is at most 11 (a u32's digits and the NUL).
                 // SAFETY: `s` is a NUL-terminated decimal number.
                 return unsafe {
                     bindings::iscsi_set_param(cls_conn, param, s.as_mut_ptr().cast(), n as c_int)
@@ -335,7 +337,10 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
                     if data.is_null() || data_size == 0 {
                         &[][..]
                     } else {
-                        core::slice::from_raw_parts(data.cast::<u8>(), data_size as usize)
+                        core::slice::from_raw_parts(
+                            data.cast::<u8>(),
+                            usize::from_safe_cast(data_size),
+                        )
                     },
                 )
             };

@@ -45,7 +45,7 @@ pub(super) unsafe fn ep_lookup<T: TransportOps>(
 ) -> Option<Arc<T::Ep>> {
     // SAFETY: Called from a callback of `T` (function contract).
     let eps = unsafe { endpoints::<T>() }?.lock();
-    let found = eps.iter().find(|(p, _)| *p == ep as usize);
+    let found = eps.iter().find(|(p, _)| *p == ep.addr());
     if found.is_none() {
         pr_err!("endpoint {:p} is not one of this transport's\n", ep);
     }
@@ -93,7 +93,7 @@ pub(in crate::iscsi) unsafe extern "C" fn get_ep_param_callback<T: TransportOps>
 /// `nlh->nlmsg_len` the netlink core checked against the buffer.
 unsafe fn request_bytes_after(dst: *const u8) -> usize {
     const HDRLEN: usize = {
-        let align = bindings::NLMSG_ALIGNTO as usize;
+        let align = kernel::num::casts::u32_as_usize(bindings::NLMSG_ALIGNTO);
         (size_of::<bindings::nlmsghdr>() + align - 1) & !(align - 1)
     };
     let before = HDRLEN + size_of::<bindings::iscsi_uevent>();
@@ -153,7 +153,7 @@ pub(in crate::iscsi) unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
     }
     let made = T::ep_connect(addr).and_then(|e| {
         let mut t = eps.lock();
-        match t.push((ep as usize, e.clone()), GFP_KERNEL) {
+        match t.push((ep.addr(), e.clone()), GFP_KERNEL) {
             Ok(()) => Ok(()),
             Err(_) => {
                 drop(t);
@@ -212,7 +212,7 @@ pub(in crate::iscsi) unsafe extern "C" fn ep_disconnect_callback<T: TransportOps
     };
     let mine = {
         let mut t = eps.lock();
-        match t.iter().position(|(p, _)| *p == ep as usize) {
+        match t.iter().position(|(p, _)| *p == ep.addr()) {
             Some(i) => t.remove(i).ok(),
             None => None,
         }

@@ -15,6 +15,7 @@ use core::{
     ptr::{null_mut, NonNull},
     sync::atomic::Ordering,
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::{
     prelude::*,
     sync::Arc,
@@ -114,7 +115,7 @@ pub(super) fn create_session<T: TransportOps>(
     unsafe {
         let s = session_of(cls.as_ptr());
         for i in 0..(*s).cmds_max.unsigned_abs() {
-            let task = *(*s).cmds.add(i as usize);
+            let task = *(*s).cmds.add(usize::from_safe_cast(i));
             TaskSlot::<T>::init((*task).dd_data.cast::<TaskSlot<T>>(), task);
         }
     }
@@ -132,7 +133,7 @@ pub(super) unsafe fn task_refs<T: TransportOps>(s: *mut bindings::iscsi_session)
     // every task's dd_data.
     unsafe {
         for i in 0..(*s).cmds_max.unsigned_abs() {
-            let task = *(*s).cmds.add(i as usize);
+            let task = *(*s).cmds.add(usize::from_safe_cast(i));
             let slot = (*task).dd_data.cast::<TaskSlot<T>>();
             n = n.saturating_add((*slot).head.refs.count.load(Ordering::Acquire));
         }
@@ -189,7 +190,7 @@ pub(super) unsafe extern "C" fn destroy_session_callback<T: TransportOps>(
         let sh = NonNull::new(bindings::riser_iscsi_session_to_shost(cls));
         let s = session_of(cls);
         for i in 0..(*s).cmds_max.unsigned_abs() {
-            let task = *(*s).cmds.add(i as usize);
+            let task = *(*s).cmds.add(usize::from_safe_cast(i));
             // Emptied, not dropped in place: a slot stays valid for
             // anything that still looks at it before the pool is freed.
             TaskSlot::<T>::take_contents((*task).dd_data.cast::<TaskSlot<T>>());

@@ -25,6 +25,7 @@ use core::{
     ptr::null_mut,
     sync::atomic::Ordering,
 };
+use kernel::num::casts::FromSafeCast;
 use kernel::{
     error::to_result,
     prelude::*,
@@ -192,8 +193,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Claims command slot `idx`: `EBUSY` while another claim holds it or
     /// its send tag is taken (its last SEND has not completed).
     pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
-        let slot = self.cmds.get(idx as usize).ok_or(EINVAL)?;
-        let tag = self.send_tags.get(slot.tag as usize).ok_or(EINVAL)?;
+        let slot = self.cmds.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        let tag = self
+            .send_tags
+            .get(usize::from_safe_cast(slot.tag))
+            .ok_or(EINVAL)?;
         let mr = self.claim_mr(idx)?;
         tag.hold(None)?;
         // INVARIANT: the MR's claim and the tag were taken just above.
@@ -213,7 +217,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// must be mapped on the connection's device for it to read.
     pub(crate) fn give_cmd_header(&self, idx: u32, buf: Arc<DmaBuf>) -> Result {
         self.cmds
-            .get(idx as usize)
+            .get(usize::from_safe_cast(idx))
             .ok_or(EINVAL)?
             .give_header(&self.pd, buf)
     }
@@ -294,13 +298,13 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         let conn = self.conn;
         let signaled = match send {
             CmdSend::Inline { bytes, signaled } => {
-                if bytes.is_empty() || bytes.len() > conn.max_inline as usize {
+                if bytes.is_empty() || bytes.len() > usize::from_safe_cast(conn.max_inline) {
                     return Err(EINVAL);
                 }
                 w.sge[0] = bindings::ib_sge {
                     // Inline data is named by its kernel virtual address,
                     // which the provider copies from while posting.
-                    addr: bytes.as_ptr() as u64,
+                    addr: u64::from_safe_cast(bytes.as_ptr().addr()),
                     // CAST: at most `max_inline` bytes, a u32.
                     length: bytes.len() as u32,
                     lkey: conn.pd.local_dma_lkey(),

@@ -13,6 +13,7 @@ use crate::{
     sg::{self, SgMapping},
 };
 use core::{marker::PhantomData, ptr::NonNull};
+use kernel::num::casts::FromSafeCast;
 use kernel::{alloc::KVec, dma::DataDirection, prelude::*, sync::Arc};
 
 /// A kernel buffer mapped for DMA by one RDMA device.
@@ -101,7 +102,7 @@ impl DmaBuf {
             return Err(EINVAL);
         }
         Ok(Sge {
-            addr: self.addr + off as u64,
+            addr: self.addr + u64::from_safe_cast(off),
             length: u32::try_from(len)?,
             lkey: pd.local_dma_lkey(),
             buf: Some(self),
@@ -127,7 +128,7 @@ impl DmaBuf {
             copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
             bindings::riser_ib_dma_sync_for_device(
                 self.dev.raw(),
-                self.addr + off as u64,
+                self.addr + u64::from_safe_cast(off),
                 src.len(),
                 self.raw_dir,
             );
