@@ -30,28 +30,62 @@ mod tags;
 
 use crate::{
     iscsi::{
-        self, caps, host_param, param, Attr, Conn, ConnSlot, CustomStats, Direction, PduRewrite,
-        Registry, SessionLimits, Task, Transport, TransportOps, XmitTask,
+        self,
+        caps,
+        host_param,
+        param,
+        Attr,
+        Conn,
+        ConnSlot,
+        CustomStats,
+        Direction,
+        PduRewrite,
+        Registry,
+        SessionLimits,
+        Task,
+        Transport,
+        TransportOps,
+        XmitTask, //
     },
     proto::{
         login,
-        pdu::{Bhs, BHS_LEN, HEADERS_LEN},
+        pdu::{
+            Bhs,
+            BHS_LEN,
+            HEADERS_LEN, //
+        },
         plan,
-        sizing::{self, Params},
+        sizing::{
+            self,
+            Params, //
+        },
     },
     rdma::{
-        conn::{DmaSg, RecvBuf},
-        Client,
+        conn::{
+            DmaSg,
+            RecvBuf, //
+        },
+        Client, //
     },
     registry::registry,
-    scsi::{HostLimits, HostTemplate},
-    wq::{ModQueue, QueueReg},
+    scsi::{
+        HostLimits,
+        HostTemplate, //
+    },
+    wq::{
+        ModQueue,
+        QueueReg, //
+    },
 };
 use conn::IserConn;
 use core::net::SocketAddr;
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
-use kernel::{alloc::KVec, prelude::*, sync::Arc};
+use kernel::{
+    alloc::KVec,
+    prelude::*,
+    sync::Arc, //
+};
 
 /// The module: the registered transport, the queue that frees torn-down
 /// connections, the RDMA client and the SCSI host template, torn down in
@@ -495,7 +529,12 @@ mod tests {
 
     #[test]
     fn a_held_tmf_response_waits_for_the_sends_of_the_commands_it_ended() -> Result {
-        use crate::proto::slot::{self, Key, Post, Word};
+        use crate::proto::slot::{
+            self,
+            Key,
+            Post,
+            Word, //
+        };
         let lun = [0, 1, 0, 0, 0, 0, 0, 0];
         let other = [0, 2, 0, 0, 0, 0, 0, 0];
         let write = |itt, data_outs| Post {
@@ -531,7 +570,11 @@ mod tests {
 
     #[test]
     fn each_send_tag_is_one_thing_and_back() {
-        use tags::{SendTag, TagMap, CTRL_TX};
+        use tags::{
+            SendTag,
+            TagMap,
+            CTRL_TX, //
+        };
         let m = TagMap {
             cmds: 4,
             dataouts: 3,

@@ -109,9 +109,20 @@ mod transport;
 
 pub(crate) use stats::CustomStats;
 pub(crate) use task::{
-    Conn, ConnSlot, Direction, Task, TaskHold, TaskRef, XmitTask, BHS_LEN, ITT_INDEX_MASK,
+    Conn,
+    ConnSlot,
+    Direction,
+    Task,
+    TaskHold,
+    TaskRef,
+    XmitTask,
+    BHS_LEN,
+    ITT_INDEX_MASK, //
 };
-pub(crate) use transport::{Registry, Transport};
+pub(crate) use transport::{
+    Registry,
+    Transport, //
+};
 
 use core::net::SocketAddr;
 use kernel::sync::aref::ARef;
@@ -271,7 +282,10 @@ pub(crate) trait TransportOps: 'static + Sized {
 mod tests {
     use super::*;
     use crate::registry::registry;
-    use kernel::alloc::{KBox, KVec};
+    use kernel::alloc::{
+        KBox,
+        KVec, //
+    };
 
     /// The test transports move no data.
     struct NoMapping;

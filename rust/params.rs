@@ -5,9 +5,15 @@
 
 use crate::{
     bindings,
-    proto::sizing::{check_param, Params},
+    proto::sizing::{
+        check_param,
+        Params, //
+    },
 };
-use kernel::{prelude::*, str::CStrExt};
+use kernel::{
+    prelude::*,
+    str::CStrExt, //
+};
 
 /// The parameters' current values, validated.
 pub(crate) fn current() -> Result<Params> {

@@ -15,6 +15,17 @@ mod device;
 mod event;
 mod verbs;
 
-pub(crate) use device::{Client, ClientDriver, ClientRegistry, Device, DeviceCaps, DeviceRef};
+pub(crate) use device::{
+    Client,
+    ClientDriver,
+    ClientRegistry,
+    Device,
+    DeviceCaps,
+    DeviceRef, //
+};
 pub(crate) use event::AsyncEvent;
-pub(crate) use verbs::{Cq, Pd, PollContext};
+pub(crate) use verbs::{
+    Cq,
+    Pd,
+    PollContext, //
+};

@@ -4,8 +4,16 @@
 //! hosts of riser's sessions are made from, and those hosts.
 
 use crate::bindings;
-use core::ptr::{null_mut, NonNull};
-use kernel::{error::to_result, prelude::*, types::Opaque, ThisModule};
+use core::ptr::{
+    null_mut,
+    NonNull, //
+};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    types::Opaque,
+    ThisModule, //
+};
 
 /// The limits a host template advertises to the SCSI midlayer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

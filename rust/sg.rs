@@ -11,7 +11,10 @@
 //! ever borrows it from the task.
 
 use crate::bindings;
-use kernel::{dma::DataDirection, prelude::*};
+use kernel::{
+    dma::DataDirection,
+    prelude::*, //
+};
 
 /// The C `enum dma_data_direction` value of `dir`, for a mapping: `None`
 /// for [`DataDirection::None`], which the DMA API refuses (a `BUG` in

@@ -5,7 +5,13 @@
 //! iSCSI transport class): one place that knows their layout. IPv4 and IPv6.
 
 use crate::bindings;
-use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use core::net::{
+    Ipv4Addr,
+    Ipv6Addr,
+    SocketAddr,
+    SocketAddrV4,
+    SocketAddrV6, //
+};
 use kernel::prelude::*;
 
 /// `AF_INET` in the C family field's type.

@@ -9,14 +9,21 @@
 use crate::bindings;
 use core::{
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{
+        AtomicPtr,
+        Ordering, //
+    },
 };
 use kernel::{
     alloc::KBox,
     impl_has_work, new_work,
     prelude::*,
     sync::rcu,
-    workqueue::{Queue, Work, WorkItem},
+    workqueue::{
+        Queue,
+        Work,
+        WorkItem, //
+    },
 };
 
 /// Where a module's own workqueue is found, in a static.
@@ -142,7 +149,10 @@ impl<F: FnOnce() + Send + 'static> WorkItem for Job<F> {
 mod tests {
     use super::*;
     use core::sync::atomic::AtomicU32;
-    use kernel::time::{delay::fsleep, Delta};
+    use kernel::time::{
+        delay::fsleep,
+        Delta, //
+    };
 
     static PLACE: ModQueue = ModQueue::new();
     static RAN: AtomicU32 = AtomicU32::new(0);

@@ -6,36 +6,84 @@
 use super::{
     device::DevUse,
     failure::Failure,
-    res::{Bufs, Res},
+    res::{
+        Bufs,
+        Res, //
+    },
     stats::Counters,
-    tags::{SendTag, TagMap},
-    Addr, Iser, ASYNC_PER_SEC, DEF_XMIT_CMDS_MAX, LOGOUT_GRACE_MS, RELEASES, RESOLVE_TIMEOUT_MS,
+    tags::{
+        SendTag,
+        TagMap, //
+    },
+    Addr,
+    Iser,
+    ASYNC_PER_SEC,
+    DEF_XMIT_CMDS_MAX,
+    LOGOUT_GRACE_MS,
+    RELEASES,
+    RESOLVE_TIMEOUT_MS, //
 };
 use crate::{
     fault,
     iscsi::ConnSlot,
     proto::{
-        iser::{CmHeader, ISER_CM_HDR_LEN},
+        iser::{
+            CmHeader,
+            ISER_CM_HDR_LEN, //
+        },
         pdu::HEADERS_LEN,
         ratelimit,
-        sizing::{self, Params, DATAOUT_SLOTS_PER_CMD},
+        sizing::{
+            self,
+            Params,
+            DATAOUT_SLOTS_PER_CMD, //
+        },
     },
     rdma::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef},
-        conn::{ConnCaps, Connection},
-        AsyncEvent, Client, Cq, Device, Pd, PollContext,
+        cm::{
+            CmEvent,
+            CmHandler,
+            CmId,
+            CmIdRef, //
+        },
+        conn::{
+            ConnCaps,
+            Connection, //
+        },
+        AsyncEvent,
+        Client,
+        Cq,
+        Device,
+        Pd,
+        PollContext, //
     },
-    trace,
+    trace, //
 };
 use core::net::SocketAddr;
-use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
+use kernel::sync::atomic::{
+    Acquire,
+    Atomic,
+    Full,
+    Relaxed,
+    Release, //
+};
 use kernel::{
     alloc::KBox,
     new_condvar, new_mutex,
     prelude::*,
     revocable::Revocable,
-    sync::{Arc, Completion, CondVar, Mutex, SetOnce},
-    time::{msecs_to_jiffies, Instant, Monotonic},
+    sync::{
+        Arc,
+        Completion,
+        CondVar,
+        Mutex,
+        SetOnce, //
+    },
+    time::{
+        msecs_to_jiffies,
+        Instant,
+        Monotonic, //
+    },
 };
 
 /// The state of an iSER connection, with what each state holds.

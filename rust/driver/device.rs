@@ -9,15 +9,25 @@
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
-    rdma::{AsyncEvent, ClientDriver, ClientRegistry, Device, DeviceCaps, DeviceRef},
-    registry::registry,
+    rdma::{
+        AsyncEvent,
+        ClientDriver,
+        ClientRegistry,
+        Device,
+        DeviceCaps,
+        DeviceRef, //
+    },
+    registry::registry, //
 };
 use kernel::{
     alloc::KBox,
     new_mutex,
     prelude::*,
     str::BStr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc,
+        Mutex, //
+    },
 };
 
 /// What riser keeps for an RDMA device while connections use it: the

@@ -16,23 +16,53 @@
 
 use super::{
     conn::IserConn,
-    failure::{FailResult, Failure},
+    failure::{
+        FailResult,
+        Failure, //
+    },
     res::Res,
     tags::SendTag,
-    Iser,
+    Iser, //
 };
 use crate::{
-    iscsi::{Task, TaskHold, TaskRef},
-    proto::{
-        pdu::{Bhs, RxPdu},
-        slot::{self, Action, RefOp, Step, Violation, Word},
-        tmf::{self, Scope, TmfRequest},
+    iscsi::{
+        Task,
+        TaskHold,
+        TaskRef, //
     },
-    rdma::conn::SendOp,
+    proto::{
+        pdu::{
+            Bhs,
+            RxPdu, //
+        },
+        slot::{
+            self,
+            Action,
+            RefOp,
+            Step,
+            Violation,
+            Word, //
+        },
+        tmf::{
+            self,
+            Scope,
+            TmfRequest, //
+        },
+    },
+    rdma::conn::SendOp, //
 };
 use kernel::num::casts::FromSafeCast;
-use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
-use kernel::{alloc::KVec, prelude::*};
+use kernel::sync::atomic::{
+    Acquire,
+    Atomic,
+    Full,
+    Relaxed,
+    Release, //
+};
+use kernel::{
+    alloc::KVec,
+    prelude::*, //
+};
 
 /// One task slot's command as the connection tracks it.
 ///

@@ -6,29 +6,51 @@
 
 use super::{
     conn::IserConn,
-    failure::{FailResult, Failure},
+    failure::{
+        FailResult,
+        Failure, //
+    },
     memory::Done,
     res::Res,
     tags::SendTag,
-    ASYNC_PER_SEC,
+    ASYNC_PER_SEC, //
 };
 use crate::{
     fault,
     iscsi::ITT_INDEX_MASK,
     proto::{
         login,
-        pdu::{Bhs, RxPdu, TargetOpcode},
-        response, slot, ProtoError,
+        pdu::{
+            Bhs,
+            RxPdu,
+            TargetOpcode, //
+        },
+        response,
+        slot,
+        ProtoError, //
     },
     rdma::{
-        conn::{QpHandler, Received, SendDone, Wc, UNSIGNALED_TAG},
-        AsyncEvent,
+        conn::{
+            QpHandler,
+            Received,
+            SendDone,
+            Wc,
+            UNSIGNALED_TAG, //
+        },
+        AsyncEvent, //
     },
-    trace,
+    trace, //
 };
 use kernel::num::casts::FromSafeCast;
-use kernel::sync::atomic::{Full, Relaxed, Release};
-use kernel::{prelude::*, sync::rcu};
+use kernel::sync::atomic::{
+    Full,
+    Relaxed,
+    Release, //
+};
+use kernel::{
+    prelude::*,
+    sync::rcu, //
+};
 
 impl IserConn {
     /// Handles one receive (softirq): validate, hand to libiscsi, repost.

@@ -6,31 +6,60 @@
 use super::{
     conn::IserConn,
     device::DevUse,
-    memory::{Slot, Track},
+    memory::{
+        Slot,
+        Track, //
+    },
     stats::Counters,
-    tags::{DataOutPool, SendTag, TagMap, CTRL_TX},
-    LOGIN_DATA,
+    tags::{
+        DataOutPool,
+        SendTag,
+        TagMap,
+        CTRL_TX, //
+    },
+    LOGIN_DATA, //
 };
 use crate::{
     proto::{
-        iser::{IserHeader, ISER_HDR_LEN},
-        pdu::{Bhs, HEADERS_LEN},
-        sizing::{self, ConnSizing},
+        iser::{
+            IserHeader,
+            ISER_HDR_LEN, //
+        },
+        pdu::{
+            Bhs,
+            HEADERS_LEN, //
+        },
+        sizing::{
+            self,
+            ConnSizing, //
+        },
     },
     rdma::{
-        conn::{Connection, DmaBuf, RecvBuf},
-        DeviceRef,
+        conn::{
+            Connection,
+            DmaBuf,
+            RecvBuf, //
+        },
+        DeviceRef, //
     },
 };
 use core::num::NonZeroU32;
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Atomic;
 use kernel::{
-    alloc::{KBox, KVec},
+    alloc::{
+        KBox,
+        KVec, //
+    },
     dma::DataDirection,
     new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Completion, SetOnce, SpinLockIrq},
+    sync::{
+        Arc,
+        Completion,
+        SetOnce,
+        SpinLockIrq, //
+    },
 };
 
 /// The resources of a connected iSER connection. Dropping it (after the

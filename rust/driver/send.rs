@@ -5,27 +5,68 @@
 
 use super::{
     failure::Failure,
-    memory::{SendRef, Track},
+    memory::{
+        SendRef,
+        Track, //
+    },
     res::Res,
-    tags::{Reserved, SendTag, CTRL_TX},
-    Iser, LOGIN_DATA,
+    tags::{
+        Reserved,
+        SendTag,
+        CTRL_TX, //
+    },
+    Iser,
+    LOGIN_DATA, //
 };
 use crate::{
-    fault::{self, Site},
-    iscsi::{Direction, XmitTask},
-    proto::{
-        iser::{IserHeader, StagVa, ISER_HDR_LEN},
-        login,
-        pdu::{Bhs, HEADERS_LEN},
-        plan::{self, Advert, Command, DataDir, Exposure, Key, PlanError},
-        slot, tmf,
+    fault::{
+        self,
+        Site, //
     },
-    rdma::conn::{Access, CmdPost, CmdSend, DmaBuf, Registration, SendOp, Sge},
-    trace,
+    iscsi::{
+        Direction,
+        XmitTask, //
+    },
+    proto::{
+        iser::{
+            IserHeader,
+            StagVa,
+            ISER_HDR_LEN, //
+        },
+        login,
+        pdu::{
+            Bhs,
+            HEADERS_LEN, //
+        },
+        plan::{
+            self,
+            Advert,
+            Command,
+            DataDir,
+            Exposure,
+            Key,
+            PlanError, //
+        },
+        slot,
+        tmf, //
+    },
+    rdma::conn::{
+        Access,
+        CmdPost,
+        CmdSend,
+        DmaBuf,
+        Registration,
+        SendOp,
+        Sge, //
+    },
+    trace, //
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
-use kernel::{prelude::*, sync::Arc};
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
 
 impl Res {
     /// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it

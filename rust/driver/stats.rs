@@ -4,8 +4,14 @@
 //! (Documentation/observability.md).
 
 use super::conn::IserConn;
-use crate::{iscsi::CustomStats, rdma::conn::Wc};
-use kernel::sync::atomic::{Atomic, Relaxed};
+use crate::{
+    iscsi::CustomStats,
+    rdma::conn::Wc, //
+};
+use kernel::sync::atomic::{
+    Atomic,
+    Relaxed, //
+};
 
 /// Everything a connection counts: what `iscsiadm -m session -s` shows
 /// (ib_iser reports none of riser's own), the data octets of its standard

@@ -4,8 +4,19 @@
 //! Data-Out headers.
 
 use kernel::num::casts::FromSafeCast;
-use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
-use kernel::{alloc::KVec, new_spinlock_irq, prelude::*, sync::SpinLockIrq};
+use kernel::sync::atomic::{
+    Acquire,
+    Atomic,
+    Full,
+    Relaxed,
+    Release, //
+};
+use kernel::{
+    alloc::KVec,
+    new_spinlock_irq,
+    prelude::*,
+    sync::SpinLockIrq, //
+};
 
 /// Control buffers: two, as iscsid sends the next login or text request as
 /// soon as the answer to the previous one arrives, which can be before the

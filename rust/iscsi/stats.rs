@@ -4,7 +4,10 @@
 //! libiscsi's (the custom part of `struct iscsi_stats`).
 
 use crate::bindings;
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{
+    marker::PhantomData,
+    ptr::NonNull, //
+};
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 

@@ -3,18 +3,39 @@
 //! libiscsi's tasks and connections as the transport sees them.
 
 use super::{
-    context::{self, BhOff},
-    TransportOps,
+    context::{
+        self,
+        BhOff, //
+    },
+    TransportOps, //
 };
-use crate::{bindings, sg::SgMapping};
+use crate::{
+    bindings,
+    sg::SgMapping, //
+};
 use core::{
-    cell::{Cell, UnsafeCell},
+    cell::{
+        Cell,
+        UnsafeCell, //
+    },
     marker::PhantomData,
-    ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
+    sync::atomic::{
+        AtomicPtr,
+        AtomicU32,
+        Ordering, //
+    },
 };
 use kernel::num::casts::FromSafeCast;
-use kernel::{dma::DataDirection, prelude::*, sync::rcu, types::Opaque};
+use kernel::{
+    dma::DataDirection,
+    prelude::*,
+    sync::rcu,
+    types::Opaque, //
+};
 
 /// The ITT of PDUs that expect no response (libiscsi's RESERVED_ITT).
 const RESERVED_ITT: u32 = 0xffff_ffff;

@@ -13,14 +13,29 @@ use endpoint::*;
 use session::*;
 use tasks::*;
 
-use super::{Attr, TransportOps};
-use crate::{bindings, scsi::HostTemplate};
+use super::{
+    Attr,
+    TransportOps, //
+};
+use crate::{
+    bindings,
+    scsi::HostTemplate, //
+};
 use core::{
     marker::PhantomData,
     ptr::null_mut,
-    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
+    sync::atomic::{
+        AtomicPtr,
+        AtomicUsize,
+        Ordering, //
+    },
 };
-use kernel::{alloc::KVec, new_mutex, prelude::*, types::Opaque};
+use kernel::{
+    alloc::KVec,
+    new_mutex,
+    prelude::*,
+    types::Opaque, //
+};
 
 /// The C objects a transport's callbacks need, which the callbacks (plain
 /// functions) cannot otherwise reach.

@@ -7,7 +7,10 @@
 
 #![forbid(unsafe_code)]
 
-use super::{pdu::Bhs, ProtoError};
+use super::{
+    pdu::Bhs,
+    ProtoError, //
+};
 
 /// Login Request opcode (with the immediate bit).
 pub(crate) const OP_LOGIN_REQ: u8 = 0x03;

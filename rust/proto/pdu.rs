@@ -9,8 +9,11 @@
 //! libiscsi, so a truncated or over-long PDU ends in a clean error.
 
 use super::{
-    iser::{IserHeader, ISER_HDR_LEN},
-    ProtoError,
+    iser::{
+        IserHeader,
+        ISER_HDR_LEN, //
+    },
+    ProtoError, //
 };
 use core::ops::Range;
 #[cfg(MODULE)]

@@ -125,7 +125,10 @@
 //! ignores (13-27): [`response`] already refuses an ITT that differs
 //! there ([`Violation::CorruptItt`]).
 
-use super::response::{match_itt, IttMatch};
+use super::response::{
+    match_itt,
+    IttMatch, //
+};
 
 /// The ITT of the slot's command (bits 0-31).
 const ITT: u64 = 0xffff_ffff;
@@ -634,7 +637,17 @@ impl Event {
 #[cfg(any(MODULE, test, fuzzing))]
 pub(crate) mod model {
     use super::{
-        match_itt, Action, Event, IttMatch, Key, RefOp, Step, Violation, Word, INV, MAX_DATA_OUTS,
+        match_itt,
+        Action,
+        Event,
+        IttMatch,
+        Key,
+        RefOp,
+        Step,
+        Violation,
+        Word,
+        INV,
+        MAX_DATA_OUTS, //
     };
 
     /// Where the key of the slot's command stands.
@@ -1061,7 +1074,10 @@ use kernel::prelude::kunit_tests;
 #[cfg_attr(MODULE, kunit_tests(riser_proto_slot))]
 #[cfg_attr(not(MODULE), cfg(test))]
 mod tests {
-    use super::model::{any_word, Shadow};
+    use super::model::{
+        any_word,
+        Shadow, //
+    };
     use super::*;
 
     /// The wire form of an ITT libiscsi built as `host` (host order).
@@ -1565,7 +1581,10 @@ mod tests {
 mod exhaustive {
     use super::model::Shadow;
     use super::*;
-    use std::collections::{HashSet, VecDeque};
+    use std::collections::{
+        HashSet,
+        VecDeque, //
+    };
 
     const ITT: u32 = 0x0500_0030;
     const RKEY: u32 = 0xabcd;

@@ -7,14 +7,24 @@ use crate::bindings;
 use core::{
     net::SocketAddr,
     ptr::NonNull,
-    sync::atomic::{AtomicPtr, AtomicU8, Ordering},
+    sync::atomic::{
+        AtomicPtr,
+        AtomicU8,
+        Ordering, //
+    },
 };
 use kernel::{
     alloc::KBox,
     error::to_result,
     prelude::*,
-    sync::{Arc, ArcBorrow},
-    types::{ForeignOwnable, Opaque},
+    sync::{
+        Arc,
+        ArcBorrow, //
+    },
+    types::{
+        ForeignOwnable,
+        Opaque, //
+    },
 };
 
 /// An RDMA CM event, as riser sees it.

@@ -13,21 +13,38 @@
 //! work request's tag until its completion (or the QP's destruction).
 
 use super::{
-    cm::{CmHandler, CmId, CmIdRef},
-    AsyncEvent, Cq, Device, Pd,
+    cm::{
+        CmHandler,
+        CmId,
+        CmIdRef, //
+    },
+    AsyncEvent,
+    Cq,
+    Device,
+    Pd, //
 };
 use crate::{
     bindings,
-    fault::{self, Site},
+    fault::{
+        self,
+        Site, //
+    },
 };
-use core::{mem::MaybeUninit, ptr::NonNull, sync::atomic::Ordering};
+use core::{
+    mem::MaybeUninit,
+    ptr::NonNull,
+    sync::atomic::Ordering, //
+};
 use kernel::num::casts::FromSafeCast;
 use kernel::{
     alloc::KVec,
     error::to_result,
     prelude::*,
-    sync::{rcu, Arc},
-    types::ForeignOwnable,
+    sync::{
+        rcu,
+        Arc, //
+    },
+    types::ForeignOwnable, //
 };
 
 mod cmd;
@@ -37,14 +54,32 @@ mod rx;
 mod wr;
 
 use cmd::CmdSlot;
-pub(crate) use cmd::{CmdPost, CmdSend};
-pub(crate) use dma::{DmaBuf, DmaSg};
+pub(crate) use cmd::{
+    CmdPost,
+    CmdSend, //
+};
+pub(crate) use dma::{
+    DmaBuf,
+    DmaSg, //
+};
 use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
-pub(crate) use rx::{Received, RecvBuf};
+pub(crate) use rx::{
+    Received,
+    RecvBuf, //
+};
 use wr::Tag;
-pub(crate) use wr::{Access, QpHandler, Registration, SendDone, SendOp, Sge, Wc, UNSIGNALED_TAG};
+pub(crate) use wr::{
+    Access,
+    QpHandler,
+    Registration,
+    SendDone,
+    SendOp,
+    Sge,
+    Wc,
+    UNSIGNALED_TAG, //
+};
 
 /// The queue sizes and resources of a [`Connection`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,17 +6,36 @@ use super::AsyncEvent;
 use crate::bindings;
 use core::{
     marker::PhantomData,
-    net::{Ipv4Addr, Ipv6Addr},
-    ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
+    net::{
+        Ipv4Addr,
+        Ipv6Addr, //
+    },
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
+    sync::atomic::{
+        AtomicBool,
+        AtomicPtr,
+        Ordering, //
+    },
 };
 use kernel::{
-    alloc::{KBox, KVec},
-    error::{from_result, to_result},
+    alloc::{
+        KBox,
+        KVec, //
+    },
+    error::{
+        from_result,
+        to_result, //
+    },
     prelude::*,
     str::CStrExt,
     sync::aref::ARef,
-    types::{ForeignOwnable, Opaque},
+    types::{
+        ForeignOwnable,
+        Opaque, //
+    },
 };
 
 /// An RDMA device (`struct ib_device`), borrowed from ib_core.

@@ -7,10 +7,17 @@
 //! Over 500 lines because most of it is the `riser_rdma` KUnit suite,
 //! which drives these objects, the ib_client and the CM on a real device.
 
-use super::{device::DeviceRef, Device};
+use super::{
+    device::DeviceRef,
+    Device, //
+};
 use crate::bindings;
 use core::ptr::NonNull;
-use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
+use kernel::{
+    error::from_err_ptr,
+    prelude::*,
+    sync::Arc, //
+};
 
 /// A protection domain (`struct ib_pd`).
 ///
@@ -251,19 +258,38 @@ impl Drop for Mr {
 #[kunit_tests(riser_rdma)]
 mod tests {
     use super::super::{
-        cm::{CmEvent, CmHandler, CmId, CmIdRef},
-        Client, ClientDriver, ClientRegistry, Device,
+        cm::{
+            CmEvent,
+            CmHandler,
+            CmId,
+            CmIdRef, //
+        },
+        Client,
+        ClientDriver,
+        ClientRegistry,
+        Device, //
     };
     use super::*;
     use crate::registry::registry;
     use core::{
-        net::{Ipv4Addr, SocketAddrV4},
-        sync::atomic::{AtomicI32, AtomicU32, Ordering},
+        net::{
+            Ipv4Addr,
+            SocketAddrV4, //
+        },
+        sync::atomic::{
+            AtomicI32,
+            AtomicU32,
+            Ordering, //
+        },
     };
     use kernel::{
         alloc::KBox,
         new_mutex,
-        sync::{Arc, Completion, Mutex},
+        sync::{
+            Arc,
+            Completion,
+            Mutex, //
+        },
     };
 
     /// What the test client found on the devices it was given.

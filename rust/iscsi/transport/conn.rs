@@ -4,20 +4,36 @@
 //! stop and destroy connections or reach them from netlink.
 
 use super::{
-    super::{task::BHS_LEN, Conn, ConnSlot, CustomStats, TransportOps},
-    *,
+    super::{
+        task::BHS_LEN,
+        Conn,
+        ConnSlot,
+        CustomStats,
+        TransportOps, //
+    },
+    *, //
 };
 use crate::bindings;
 use core::{
-    ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, Ordering},
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
+    sync::atomic::{
+        AtomicPtr,
+        Ordering, //
+    },
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::{
     error::from_result,
     prelude::*,
-    sync::{rcu, Arc, ArcBorrow},
-    types::ForeignOwnable,
+    sync::{
+        rcu,
+        Arc,
+        ArcBorrow, //
+    },
+    types::ForeignOwnable, //
 };
 
 /// What a connection's `dd_data` holds: the endpoint bound to it, and the

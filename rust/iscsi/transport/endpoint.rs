@@ -10,7 +10,10 @@ use kernel::{
     alloc::KVec,
     error::from_result,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc,
+        Mutex, //
+    },
 };
 
 /// The endpoints the transport made and iscsid has not dropped: the C

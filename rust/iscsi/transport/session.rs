@@ -4,22 +4,36 @@
 //! as libiscsi makes and frees them.
 
 use super::{
-    super::{task::TaskSlot, TransportOps},
-    *,
+    super::{
+        task::TaskSlot,
+        TransportOps, //
+    },
+    *, //
 };
 use crate::{
     bindings,
-    scsi::{Host, HostConfig},
+    scsi::{
+        Host,
+        HostConfig, //
+    },
 };
 use core::{
-    ptr::{null_mut, NonNull},
-    sync::atomic::Ordering,
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
+    sync::atomic::Ordering, //
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::{
     prelude::*,
     sync::Arc,
-    time::{delay::fsleep, Delta, Instant, Monotonic},
+    time::{
+        delay::fsleep,
+        Delta,
+        Instant,
+        Monotonic, //
+    },
 };
 
 /// The `iscsi_session` of a class session.

@@ -5,13 +5,21 @@
 use super::{
     super::{
         context::LockedCallback,
-        task::{TaskSlot, BHS_LEN},
-        Task, TransportOps, XmitTask,
+        task::{
+            TaskSlot,
+            BHS_LEN, //
+        },
+        Task,
+        TransportOps,
+        XmitTask, //
     },
-    *,
+    *, //
 };
 use crate::bindings;
-use kernel::{error::from_result, prelude::*};
+use kernel::{
+    error::from_result,
+    prelude::*, //
+};
 
 /// # Safety
 ///

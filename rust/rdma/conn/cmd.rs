@@ -9,27 +9,51 @@
 //! requests at once.
 
 use super::{
-    dma::{DmaBuf, DmaSg},
-    mr::{MrClaim, MrSlot},
-    wr::{Access, QpHandler, Registration, Sge, Tag},
-    Connection,
+    dma::{
+        DmaBuf,
+        DmaSg, //
+    },
+    mr::{
+        MrClaim,
+        MrSlot, //
+    },
+    wr::{
+        Access,
+        QpHandler,
+        Registration,
+        Sge,
+        Tag, //
+    },
+    Connection, //
 };
 use crate::{
     bindings,
-    fault::{self, Site},
-    rdma::{cm::CmHandler, Pd},
-    sg,
+    fault::{
+        self,
+        Site, //
+    },
+    rdma::{
+        cm::CmHandler,
+        Pd, //
+    },
+    sg, //
 };
 use core::{
-    cell::{Cell, UnsafeCell},
+    cell::{
+        Cell,
+        UnsafeCell, //
+    },
     ptr::null_mut,
-    sync::atomic::Ordering,
+    sync::atomic::Ordering, //
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::{
     error::to_result,
     prelude::*,
-    sync::{Arc, SetOnce},
+    sync::{
+        Arc,
+        SetOnce, //
+    },
 };
 
 /// The work requests of one command slot, linked once: `inv` -> `reg`

@@ -5,16 +5,36 @@
 //! [`RecvBuf`] owns one the device writes) and SCSI scatterlists mapped
 //! for a command ([`DmaSg`]).
 
-use super::wr::{Registration, Sge};
+use super::wr::{
+    Registration,
+    Sge, //
+};
 use crate::{
     bindings,
-    fault::{self, Site},
-    rdma::{device::DeviceRef, Pd},
-    sg::{self, SgMapping},
+    fault::{
+        self,
+        Site, //
+    },
+    rdma::{
+        device::DeviceRef,
+        Pd, //
+    },
+    sg::{
+        self,
+        SgMapping, //
+    },
 };
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{
+    marker::PhantomData,
+    ptr::NonNull, //
+};
 use kernel::num::casts::FromSafeCast;
-use kernel::{alloc::KVec, dma::DataDirection, prelude::*, sync::Arc};
+use kernel::{
+    alloc::KVec,
+    dma::DataDirection,
+    prelude::*,
+    sync::Arc, //
+};
 
 /// A kernel buffer mapped for DMA by one RDMA device.
 ///

@@ -2,19 +2,35 @@
 
 //! Fast-registration memory regions, used only through a claim.
 
-use super::{dma::DmaSg, wr::Registration};
+use super::{
+    dma::DmaSg,
+    wr::Registration, //
+};
 use crate::{
     bindings,
-    fault::{self, Site},
-    rdma::{verbs::Mr, Pd},
-    sg,
+    fault::{
+        self,
+        Site, //
+    },
+    rdma::{
+        verbs::Mr,
+        Pd, //
+    },
+    sg, //
 };
 use core::{
     marker::PhantomData,
     ptr::null_mut,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{
+        AtomicBool,
+        AtomicU32,
+        Ordering, //
+    },
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
 
 /// A fast-registration MR owned by a connection.
 ///

@@ -15,22 +15,36 @@
 
 use super::{
     dma::DmaBuf,
-    wr::{DoneFn, QpHandler, Wc},
+    wr::{
+        DoneFn,
+        QpHandler,
+        Wc, //
+    },
 };
 use crate::{
     bindings,
-    fault::{self, Site},
-    rdma::device::DeviceRef,
+    fault::{
+        self,
+        Site, //
+    },
+    rdma::device::DeviceRef, //
 };
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicU8, Ordering},
+    sync::atomic::{
+        AtomicBool,
+        AtomicU8,
+        Ordering, //
+    },
 };
 use kernel::{
     dma::DataDirection,
     error::to_result,
     prelude::*,
-    sync::{rcu, SetOnce},
+    sync::{
+        rcu,
+        SetOnce, //
+    },
 };
 
 /// No receive of the slot is posted, or being read.

@@ -5,17 +5,30 @@
 //! the tags that hold a posted request's buffer until its completion.
 
 use super::{
-    dma::{DmaBuf, DmaSg},
+    dma::{
+        DmaBuf,
+        DmaSg, //
+    },
     mr::MrSlot,
-    rx::Received,
+    rx::Received, //
 };
 use crate::bindings;
 use core::{
     marker::PhantomData,
-    ptr::{null_mut, NonNull},
-    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
+    sync::atomic::{
+        AtomicPtr,
+        AtomicU32,
+        Ordering, //
+    },
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
 
 /// One scatter/gather entry of a work request, made only from memory riser
 /// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
