@@ -7,8 +7,8 @@
 //! from `include/riser_bindings.h`. It holds only what `kernel::bindings` does
 //! not already define; everything else is re-exported from there, so a kernel
 //! type has exactly one Rust definition. The driver and `proto` never use
-//! it; the modules that do are `rdma`, `scsi`, `iscsi`, `sg`, `sockaddr`,
-//! `kunit`, `wq`, `params`, `trace` and `fault`.
+//! it; the modules that do are `rdma`, `iscsi`, `kernel_ext`'s (`scsi`,
+//! `sg`, `sockaddr`, `kunit`, `wq`), `params`, `trace` and `fault`.
 
 #![allow(
     dead_code,

@@ -47,6 +47,15 @@ use crate::{
         TransportOps,
         XmitTask, //
     },
+    kernel_ext::registry::registry,
+    kernel_ext::scsi::{
+        HostLimits,
+        HostTemplate, //
+    },
+    kernel_ext::wq::{
+        ModQueue,
+        QueueReg, //
+    },
     proto::{
         login,
         pdu::{
@@ -66,15 +75,6 @@ use crate::{
             RecvBuf, //
         },
         Client, //
-    },
-    registry::registry,
-    scsi::{
-        HostLimits,
-        HostTemplate, //
-    },
-    wq::{
-        ModQueue,
-        QueueReg, //
     },
 };
 use conn::IserConn;

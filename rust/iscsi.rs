@@ -170,10 +170,10 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// makes the mapping ([`Task::map_data`]) and drops it in cleanup,
     /// before the command's scatterlist goes back to the midlayer; the
     /// transport only borrows it ([`Task::mapping`]).
-    type DataMap: crate::sg::SgMapping;
+    type DataMap: crate::kernel_ext::sg::SgMapping;
 
     /// Where the registration keeps its C objects for the callbacks:
-    /// written by [`crate::registry::registry!`].
+    /// written by [`crate::kernel_ext::registry::registry!`].
     fn registry() -> &'static Registry<Self>;
 
     /// Whether sysfs shows `attr` (read-only).
@@ -281,7 +281,7 @@ pub(crate) trait TransportOps: 'static + Sized {
 #[kunit_tests(riser_iscsi)]
 mod tests {
     use super::*;
-    use crate::registry::registry;
+    use crate::kernel_ext::registry::registry;
     use kernel::alloc::{
         KBox,
         KVec, //
@@ -290,7 +290,7 @@ mod tests {
     /// The test transports move no data.
     struct NoMapping;
 
-    impl crate::sg::SgMapping for NoMapping {
+    impl crate::kernel_ext::sg::SgMapping for NoMapping {
         type Device = ();
 
         unsafe fn map(
@@ -393,7 +393,7 @@ mod tests {
                 Self {
                     nlh: Default::default(),
                     ev: Default::default(),
-                    addr: crate::sockaddr::storage(a),
+                    addr: crate::kernel_ext::sockaddr::storage(a),
                 },
                 GFP_KERNEL,
             )?;
@@ -481,12 +481,12 @@ mod tests {
         kernel::module::this_module::<crate::LocalModule>()
     }
 
-    fn test_template() -> impl PinInit<crate::scsi::HostTemplate> {
-        crate::scsi::HostTemplate::new_iscsi(
+    fn test_template() -> impl PinInit<crate::kernel_ext::scsi::HostTemplate> {
+        crate::kernel_ext::scsi::HostTemplate::new_iscsi(
             module(),
             c"riser kunit",
             c"riser_kunit",
-            crate::scsi::HostLimits {
+            crate::kernel_ext::scsi::HostLimits {
                 max_sectors: 1024,
                 sg_tablesize: 128,
                 cmd_per_lun: 32,

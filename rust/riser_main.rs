@@ -9,13 +9,14 @@
 //! named `iscsi_iser`, so the stock open-iscsi tools drive it as they drive
 //! the C ib_iser, which it replaces.
 //!
-//! Layers: [`proto`] is the pure protocol code (no `unsafe`); [`rdma`],
-//! [`scsi`] and [`iscsi`] are the safe abstractions, with [`sg`] (where
-//! `iscsi` and `rdma` meet), [`wq`] (the module's own workqueue),
-//! [`sockaddr`] and [`kunit`]; [`params`], [`trace`] and [`fault`] are the
-//! driver's parameters, tracepoints and test-build fault injection. Those
-//! modules hold all `unsafe`; [`driver`] (no `unsafe`) uses them, and
-//! [`registry`] (no `unsafe`) writes the statics registrations are found by.
+//! Layers: [`proto`] is the pure protocol code (no `unsafe`); [`rdma`] and
+//! [`iscsi`] are the safe abstractions, and [`kernel_ext`] the smaller ones
+//! the `kernel` crate lacks (the SCSI host, `sg` where `iscsi` and `rdma`
+//! meet, the module's own workqueue, socket addresses, KUnit skips, and
+//! the `registry!` of statics, which has no `unsafe`); [`params`],
+//! [`trace`] and [`fault`] are the driver's parameters, tracepoints and
+//! test-build fault injection. Those modules hold all `unsafe`; [`driver`]
+//! (no `unsafe`) uses them.
 //! `Documentation/design.md` has the layer diagram.
 
 // Some items exist for the KUnit suites alone (test helpers, accessors the
@@ -28,16 +29,11 @@ mod bindings;
 mod driver;
 mod fault;
 mod iscsi;
-mod kunit;
+mod kernel_ext;
 mod params;
 mod proto;
 mod rdma;
-mod registry;
-mod scsi;
-mod sg;
-mod sockaddr;
 mod trace;
-mod wq;
 
 use kernel::prelude::*;
 

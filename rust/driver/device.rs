@@ -9,6 +9,7 @@
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
+    kernel_ext::registry::registry, //
     rdma::{
         AsyncEvent,
         ClientDriver,
@@ -17,7 +18,6 @@ use crate::{
         DeviceCaps,
         DeviceRef, //
     },
-    registry::registry, //
 };
 use kernel::{
     alloc::KBox,

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     bindings,
-    sg::SgMapping, //
+    kernel_ext::sg::SgMapping, //
 };
 use core::{
     cell::{

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::{
     bindings,
-    scsi::HostTemplate, //
+    kernel_ext::scsi::HostTemplate, //
 };
 use core::{
     marker::PhantomData,

@@ -244,7 +244,7 @@ impl<H: CmHandler> CmId<H> {
     /// Starts resolving `dst` to a local RDMA device; the outcome arrives as
     /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`].
     pub(crate) fn resolve_addr(&self, dst: SocketAddr, timeout_ms: u32) -> Result {
-        let mut ss = crate::sockaddr::storage(dst);
+        let mut ss = crate::kernel_ext::sockaddr::storage(dst);
         // Lossless: `c_ulong` is 64 bits wide on every architecture riser builds for.
         let timeout = c_ulong::try_from(timeout_ms).unwrap_or(c_ulong::MAX);
         // SAFETY: The id is valid (type invariant); `ss` holds a valid IPv4

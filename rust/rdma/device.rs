@@ -267,7 +267,7 @@ pub(crate) trait ClientDriver: 'static + Sized {
     const NAME: &'static CStr;
 
     /// Where the registration keeps its `ib_client` for the callbacks:
-    /// written by [`crate::registry::registry!`].
+    /// written by [`crate::kernel_ext::registry::registry!`].
     fn registry() -> &'static ClientRegistry<Self>;
 
     /// A device appeared (or was present when the client registered). An

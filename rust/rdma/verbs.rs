@@ -270,7 +270,7 @@ mod tests {
         Device, //
     };
     use super::*;
-    use crate::registry::registry;
+    use crate::kernel_ext::registry::registry;
     use core::{
         net::{
             Ipv4Addr,
@@ -370,7 +370,9 @@ mod tests {
         let seen = DEVICES.load(Ordering::Relaxed);
         if seen == 0 {
             drop(client);
-            crate::kunit::skip(c"no RDMA device: create one (rdma link add) before loading riser");
+            crate::kernel_ext::kunit::skip(
+                c"no RDMA device: create one (rdma link add) before loading riser",
+            );
             return Ok(());
         }
         assert_eq!(VERBS_ERR.load(Ordering::Relaxed), 0);
@@ -498,7 +500,9 @@ mod tests {
     #[test]
     fn cm_id_resolves_address_and_route_to_a_device() -> Result {
         let Some(ip) = local_rdma_ipv4()? else {
-            crate::kunit::skip(c"no RDMA device with an IPv4 GID: create one (rdma link add)");
+            crate::kernel_ext::kunit::skip(
+                c"no RDMA device with an IPv4 GID: create one (rdma link add)",
+            );
             return Ok(());
         };
         let waiter = Waiter::new()?;

@@ -74,7 +74,7 @@ pub(in crate::iscsi) unsafe extern "C" fn get_ep_param_callback<T: TransportOps>
         let dst = unsafe { ep_lookup::<T>(ep) }
             .and_then(|e| T::ep_dst(&e))
             .ok_or(ENOTCONN)?;
-        let mut ss = crate::sockaddr::storage(dst);
+        let mut ss = crate::kernel_ext::sockaddr::storage(dst);
         // SAFETY: `ss` holds a valid IPv4 or IPv6 address, which
         // `iscsi_conn_get_addr_param` prints by family; `buf` is a page
         // (contract).
@@ -124,13 +124,13 @@ pub(in crate::iscsi) unsafe extern "C" fn ep_connect_callback<T: TransportOps>(
     // contract).
     let len = unsafe { request_bytes_after(dst) };
     // SAFETY: The request holds `len` bytes at `dst` (its netlink length).
-    let addr = match unsafe { crate::sockaddr::from_raw(dst, len) } {
+    let addr = match unsafe { crate::kernel_ext::sockaddr::from_raw(dst, len) } {
         Ok(a) => a,
         Err(e) => {
             pr_err!("ep_connect: {}\n", e);
             return ERR_PTR(match e {
-                crate::sockaddr::AddrError::Family(_) => EAFNOSUPPORT,
-                crate::sockaddr::AddrError::Short { .. } => EINVAL,
+                crate::kernel_ext::sockaddr::AddrError::Family(_) => EAFNOSUPPORT,
+                crate::kernel_ext::sockaddr::AddrError::Short { .. } => EINVAL,
             });
         }
     };

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     bindings,
-    scsi::{
+    kernel_ext::scsi::{
         Host,
         HostConfig, //
     },

@@ -32,11 +32,11 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::sg, //
     rdma::{
         cm::CmHandler,
         Pd, //
     },
-    sg, //
 };
 use core::{
     cell::{

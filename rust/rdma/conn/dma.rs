@@ -15,13 +15,13 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::sg::{
+        self,
+        SgMapping, //
+    },
     rdma::{
         device::DeviceRef,
         Pd, //
-    },
-    sg::{
-        self,
-        SgMapping, //
     },
 };
 use core::{

@@ -12,11 +12,11 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::sg, //
     rdma::{
         verbs::Mr,
         Pd, //
     },
-    sg, //
 };
 use core::{
     marker::PhantomData,
