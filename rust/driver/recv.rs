@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The receive path and the completions: a PDU from the target is
-//! validated, handed to libiscsi and its buffer reposted; send completions
-//! release what their work requests held (iser_initiator.c's receive half).
+//! The receive path: a PDU from the target is validated, handed to
+//! libiscsi and its buffer reposted (iser_initiator.c's receive half). The
+//! QP's completion handler is here; it hands send completions to the send
+//! path (`send.rs`).
 
 use super::{
     conn::IserConn,
@@ -10,13 +11,10 @@ use super::{
         FailResult,
         Failure, //
     },
-    memory::Done,
     res::Res,
-    tags::SendTag,
     ASYNC_PER_SEC, //
 };
 use crate::{
-    fault,
     iscsi::ITT_INDEX_MASK,
     proto::{
         login,
@@ -26,7 +24,6 @@ use crate::{
             TargetOpcode, //
         },
         response,
-        slot,
         ProtoError, //
     },
     rdma::{
@@ -34,8 +31,7 @@ use crate::{
             QpHandler,
             Received,
             SendDone,
-            Wc,
-            UNSIGNALED_TAG, //
+            Wc, //
         },
         AsyncEvent, //
     },
@@ -250,7 +246,7 @@ impl IserConn {
     /// teardown, or failed, which fails the connection. What a send's tag
     /// held is released by the caller all the same.
     #[cold]
-    fn wc_failed(&self, recv: bool, tag: u32, wc: Wc) {
+    pub(super) fn wc_failed(&self, recv: bool, tag: u32, wc: Wc) {
         self.counters.completion_failed(&wc);
         trace::wc_error(trace::id(self), recv, tag, wc.status);
         if wc.flushed() {
@@ -309,73 +305,6 @@ impl QpHandler for IserConn {
 
     #[inline]
     fn send_done(&self, done: SendDone<'_>, wc: Wc) {
-        let tag = done.tag();
-        if !wc.ok() {
-            self.wc_failed(false, tag, wc);
-        }
-        if tag == UNSIGNALED_TAG {
-            return;
-        }
-        let Some(res) = self.res() else {
-            // Being torn down: what the tags held goes with the resources,
-            // after the QP and MRs are destroyed.
-            return;
-        };
-        fault::delay_send_done();
-        // A failed completion is no event of the command: the connection
-        // fails, and the teardown ends the command after the drain.
-        let ev = match res.tags.kind(tag) {
-            Some(SendTag::Inv(idx)) => wc.ok().then(|| res.slot_event(idx, slot::inv_done)),
-            Some(SendTag::DataOut(i)) => {
-                // The header is free once the tag is: the device read it.
-                done.release();
-                let owner = res.dataouts.done(i);
-                let ev = owner
-                    .filter(|_| wc.ok())
-                    .map(|idx| res.slot_event(idx, slot::data_out_done));
-                return self.after_events(&res, ev);
-            }
-            // A command SEND: nothing else is posted on a slot's tag while
-            // its command waits for that (a command's non-inline SEND needs
-            // an idle tag, and its task holds the slot).
-            Some(SendTag::Slot(idx))
-                if res
-                    .slots
-                    .get(usize::from_safe_cast(idx))
-                    .is_some_and(|s| s.word().send_due()) =>
-            {
-                wc.ok().then(|| res.slot_event(idx, slot::send_done))
-            }
-            // A control PDU's, or an inline command's signaled SEND.
-            _ => {
-                let r = res.track.lock().send_completed(tag, Some(done.post()));
-                done.release();
-                drop(r);
-                return self.after_events(&res, None);
-            }
-        };
-        // The tag is free for the slot's next SEND before the command may
-        // complete (and its slot be reused).
-        done.release();
-        self.after_events(&res, ev);
-    }
-}
-
-impl IserConn {
-    /// What the events of a completion leave to do: the connection's
-    /// failure, the reference of a command they ended, a held TMF
-    /// Response they released.
-    fn after_events(&self, res: &Res, ev: Option<Done>) {
-        // (The send tag, if any, was released by the caller.)
-        if let Some(d) = ev {
-            if let Some(why) = d.failure {
-                self.fail(why);
-            }
-            // Outside every lock: the last reference frees the task.
-            drop(d.task);
-        }
-        if let Some(bhs) = res.events_done() {
-            self.deliver_held(bhs);
-        }
+        self.send_completed(done, wc);
     }
 }

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The send path: control PDUs, SCSI commands with their registration and
-//! immediate data, and unsolicited Data-Outs (iser_initiator.c's send half).
+//! immediate data, unsolicited Data-Outs, and the completions of what was
+//! sent (iser_initiator.c's send half).
 
 use super::{
+    conn::IserConn,
     failure::Failure,
     memory::{
+        Done,
         SendRef,
         Track, //
     },
@@ -56,8 +59,11 @@ use crate::{
         CmdSend,
         DmaBuf,
         Registration,
+        SendDone,
         SendOp,
-        Sge, //
+        Sge,
+        Wc,
+        UNSIGNALED_TAG, //
     },
     trace, //
 };
@@ -461,5 +467,81 @@ impl Res {
         // libiscsi's own reference is held while the task is sent.
         drop(done.task);
         failed.or(done.failure)
+    }
+}
+
+impl IserConn {
+    /// A SEND (or a LOCAL_INV) completed, with `done` holding its tag:
+    /// the event of the command it belongs to, the Data-Out header or
+    /// control buffer it held given back. Called from the QP's completion
+    /// handler (softirq).
+    #[inline]
+    pub(super) fn send_completed(&self, done: SendDone<'_>, wc: Wc) {
+        let tag = done.tag();
+        if !wc.ok() {
+            self.wc_failed(false, tag, wc);
+        }
+        if tag == UNSIGNALED_TAG {
+            return;
+        }
+        let Some(res) = self.res() else {
+            // Being torn down: what the tags held goes with the resources,
+            // after the QP and MRs are destroyed.
+            return;
+        };
+        fault::delay_send_done();
+        // A failed completion is no event of the command: the connection
+        // fails, and the teardown ends the command after the drain.
+        let ev = match res.tags.kind(tag) {
+            Some(SendTag::Inv(idx)) => wc.ok().then(|| res.slot_event(idx, slot::inv_done)),
+            Some(SendTag::DataOut(i)) => {
+                // The header is free once the tag is: the device read it.
+                done.release();
+                let owner = res.dataouts.done(i);
+                let ev = owner
+                    .filter(|_| wc.ok())
+                    .map(|idx| res.slot_event(idx, slot::data_out_done));
+                return self.after_events(&res, ev);
+            }
+            // A command SEND: nothing else is posted on a slot's tag while
+            // its command waits for that (a command's non-inline SEND needs
+            // an idle tag, and its task holds the slot).
+            Some(SendTag::Slot(idx))
+                if res
+                    .slots
+                    .get(usize::from_safe_cast(idx))
+                    .is_some_and(|s| s.word().send_due()) =>
+            {
+                wc.ok().then(|| res.slot_event(idx, slot::send_done))
+            }
+            // A control PDU's, or an inline command's signaled SEND.
+            _ => {
+                let r = res.track.lock().send_completed(tag, Some(done.post()));
+                done.release();
+                drop(r);
+                return self.after_events(&res, None);
+            }
+        };
+        // The tag is free for the slot's next SEND before the command may
+        // complete (and its slot be reused).
+        done.release();
+        self.after_events(&res, ev);
+    }
+
+    /// What the events of a completion leave to do: the connection's
+    /// failure, the reference of a command they ended, a held TMF
+    /// Response they released.
+    fn after_events(&self, res: &Res, ev: Option<Done>) {
+        // (The send tag, if any, was released by the caller.)
+        if let Some(d) = ev {
+            if let Some(why) = d.failure {
+                self.fail(why);
+            }
+            // Outside every lock: the last reference frees the task.
+            drop(d.task);
+        }
+        if let Some(bhs) = res.events_done() {
+            self.deliver_held(bhs);
+        }
     }
 }
