@@ -69,7 +69,7 @@ if modprobe ib_iser; then
 	check "refusal names ib_iser" dmesg_has 'name is taken, most.*ib_iser'
 	check "ib_iser unloads" bounded 120 rmmod ib_iser
 else
-	echo "not ok - modprobe ib_iser (needed for the name-clash check)" >>"$TAP"
+	result fail "modprobe ib_iser (needed for the name-clash check)"
 fi
 
 check "riser loads after ib_iser is gone" insmod "$KO"

@@ -25,10 +25,10 @@ step() {
 	say "### $what"
 	say "\$ $*"
 	if "$@" >>"$LOG" 2>&1; then
-		echo "ok - $what" >>"$TAP"
+		result ok "$what"
 	else
 		say "(failed)"
-		echo "not ok - $what" >>"$TAP"
+		result fail "$what"
 	fi
 }
 write_file() {

@@ -2,7 +2,9 @@
 # Helpers for scripts that run inside the test guest (sourced).
 #
 # RISER_TOP is the repository (read-only in the guest), RISER_OUT the shared
-# output directory. Results go to $RISER_OUT/checks.tap, one line a check.
+# output directory. Results go to $RISER_OUT/checks.tap in KTAP (the
+# kernel's TAP: Documentation/dev-tools/ktap.rst), one numbered "ok N - ..."
+# or "not ok N - ..." line a check, written by result() alone.
 
 # Every guest script sources this file before its first pipeline: from here
 # on a pipeline fails when any of its commands fails, not only the last
@@ -16,7 +18,20 @@ set -o pipefail
 
 : "${RISER_TOP:?}" "${RISER_OUT:?}"
 TAP=$RISER_OUT/checks.tap
-: >"$TAP"
+echo "KTAP version 1" >"$TAP"
+# Results written so far: the number of the next is one more.
+TAP_N=0
+
+# result ok|fail DESCRIPTION: one KTAP result line. Every check's result
+# goes through here (in the script's own shell, never a subshell, so that
+# the numbers run on).
+result() {
+	TAP_N=$((TAP_N + 1))
+	case $1 in
+	ok) echo "ok $TAP_N - $2" >>"$TAP" ;;
+	*) echo "not ok $TAP_N - $2" >>"$TAP" ;;
+	esac
+}
 
 # A kernel report in the log before the script has done anything (no riser,
 # no test module loaded yet) belongs to the boot, not to the test. Under
@@ -109,9 +124,9 @@ check() {
 	uptime_now
 	k0=$UPTIME
 	if "$@" >"$one" 2>&1; then
-		echo "ok - $what" >>"$TAP"
+		result ok "$what"
 	else
-		echo "not ok - $what" >>"$TAP"
+		result fail "$what"
 		{
 			tail -n 25 "$one" | sed 's/^/#   /'
 			kernel_since "$k0" | tail -n 15 | sed 's/^/#   kernel: /'
@@ -189,9 +204,9 @@ expect_fail() {
 	bounded "${EXPECT_FAIL_TIMEOUT:-200}" "$@" >>"$RISER_OUT/guest.log" 2>&1
 	rc=$?
 	if [ $rc -ge 1 ] && [ $rc -le 123 ]; then
-		echo "ok - $what" >>"$TAP"
+		result ok "$what"
 	else
-		echo "not ok - $what" >>"$TAP"
+		result fail "$what"
 		echo "#   expected a refusal (status 1..123), got status $rc" >>"$TAP"
 	fi
 }
@@ -227,9 +242,9 @@ _refused() {
 }
 _refused_tap() {
 	if [ -z "$REFUSED_WHY" ]; then
-		echo "ok - $1" >>"$TAP"
+		result ok "$1"
 	else
-		echo "not ok - $1" >>"$TAP"
+		result fail "$1"
 		echo "#   $REFUSED_WHY" >>"$TAP"
 	fi
 }
