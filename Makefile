@@ -189,13 +189,13 @@ demo:
 	case "$(origin FAST_KDIR)" in command*|environment*) kdir="$(FAST_KDIR)" ;; esac; \
 	test -n "$$kdir" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }; \
 	$(MAKE) --no-print-directory KDIR="$$kdir" clean modules >/dev/null || exit 1; \
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir "$$kdir" --out out/demo tests/guest/demo.sh; \
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir "$$kdir" --out out/demo tests/demo/demo.sh; \
 	rc=$$?; cat out/demo/demo.log; exit $$rc
 
 # How fast riser and ib_iser notice a dead link (Documentation/observability.md):
 # one guest on the debug kernel, RISER_LINKDOWN_ROUNDS rounds each.
 linkdown: modules
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/linkdown.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/reference/linkdown.sh
 
 # dm-multipath failover, riser against ib_iser (Documentation/testing.md):
 # one guest on the debug kernel, RISER_MPATH_ROUNDS rounds each.
@@ -203,9 +203,9 @@ failover: modules
 	RISER_EXPECT_KUNIT=0 RISER_MPATH_COMPARE=1 tests/run-guest --kdir $(KDIR) tests/guest/mpath.sh
 
 reference: modules
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_smoke.sh
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_siw_smoke.sh
-	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/guest/ib_iser_extra.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/reference/ib_iser_smoke.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/reference/ib_iser_siw_smoke.sh
+	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/reference/ib_iser_extra.sh
 
 # Where make install puts things: the release of the kernel in KDIR (for the
 # running kernel, KDIR=/lib/modules/$(uname -r)/build), under INSTALL_MOD_PATH

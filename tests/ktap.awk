@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # KUnit's KTAP output, as a guest's kernel log (dmesg.txt, each line behind
-# its "[ seconds]" stamp) or a debugfs results file (tests/guest/lib.sh's
+# its "[ seconds]" stamp) or a debugfs results file (tests/common/lib.sh's
 # collect_kunit), summed up for tests/run-guest: riser's runs only (the
 # documents whose suites are named riser_*; the kernel's own suites at boot
 # are left out). riser's suites run each time the module loads, so a guest's

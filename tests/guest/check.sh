@@ -7,7 +7,7 @@
 # with always_register=0 (unregistered single-segment buffers).
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
+. "$RISER_TOP/tests/common/lib.sh"
 KO=$RISER_TOP/riser.ko
 T=/sys/class/iscsi_transport/iser
 
@@ -82,7 +82,7 @@ check "rmmod riser again" bounded 120 rmmod riser
 # goes as immediate data, from the local DMA lkey, with or without the
 # option.) fio with crc32c verification over both, against LIO. (Here
 # rather than in a guest of its own: a boot costs about 100 s.)
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/target.sh"
 U=iqn.2026-11.org.riser:unreg
 IP=192.168.77.1
 check "insmod riser.ko always_register=0" insmod "$KO" always_register=0

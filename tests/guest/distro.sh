@@ -8,8 +8,8 @@
 # rmmod. Only what that kernel has: no KUnit, no kmemleak, no siw.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=${RISER_DISTRO_KO:-$RISER_TOP/riser.ko}
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:distro

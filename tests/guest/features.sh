@@ -9,8 +9,8 @@
 # discovery of many targets (a SendTargets answer larger than one receive),
 # teardown and unload.
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 # A session whose connection fails under load gets 120 s, not 30, to come
 # back before its I/O fails: two fio verifying at once on one vCPU under
 # KASAN in TCG stalled a CI machine's guest long enough for a 5 s NOP-Out

@@ -36,8 +36,8 @@
 # rmmod.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 # RISER_KO: another riser.ko (a before/after comparison), by hand only.
 KO=${RISER_KO:-$RISER_TOP/riser.ko}
 # The test build (make inject) for the release-hold phase; RISER_INJECT_KO:

@@ -23,8 +23,8 @@
 # then logout, a kmemleak scan while riser is loaded, rmmod.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 # Not out/inject: that is this script's own output directory, which
 # tests/run-guest empties before the guest boots.
 KO=${RISER_INJECT_KO:-$RISER_TOP/out/fault-build/riser.ko}

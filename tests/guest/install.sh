@@ -14,8 +14,8 @@
 # kernel: /lib/modules/$(uname -r)/build.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:install
 KV=$(uname -r)

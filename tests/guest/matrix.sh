@@ -10,8 +10,8 @@
 # commands are smaller than, equal to and larger than the bursts), and logs
 # out. Over rxe (RISER_RDMA=siw for soft-iWARP).
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=$RISER_TOP/riser.ko
 RDMA=${RISER_RDMA:-rxe}
 if [ "$RDMA" = siw ]; then IP=192.168.78.1; else IP=192.168.77.1; fi

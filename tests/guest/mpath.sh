@@ -35,8 +35,8 @@
 # disabled portal group is a path death both initiators see the same way.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=$RISER_TOP/riser.ko
 IQN=iqn.2026-11.org.riser:mpath
 IP1=192.168.77.1

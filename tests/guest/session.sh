@@ -7,8 +7,8 @@
 # compared, fio with crc32c verification, logout and rmmod.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=$RISER_TOP/riser.ko
 
 RDMA=${RISER_RDMA:-rxe}

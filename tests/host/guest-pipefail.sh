@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The guest scripts' log helpers under pipefail, on the host: no guest, no
-# kernel. tests/guest/lib.sh sets pipefail for every guest script, and then
+# kernel. tests/common/lib.sh sets pipefail for every guest script, and then
 # a pipeline whose reader stops early (grep -q, grep -m1, head, awk's exit)
 # fails when its producer, still writing, dies of SIGPIPE. Here dmesg is a
 # stub printing a log of PIPEFAIL_LINES lines (default 150000, far more
@@ -80,10 +80,10 @@ fake_log() {
 }
 
 # --- lib.sh ----------------------------------------------------------------
-grep -q "^# The guest's own housekeeping" "$TOP/tests/guest/lib.sh" ||
+grep -q "^# The guest's own housekeeping" "$TOP/tests/common/lib.sh" ||
 	{ echo "lib.sh's housekeeping block moved: update this script"; exit 1; }
 # lib_sh: lib.sh, without that block.
-lib_sh() { sed "/^# The guest.s own housekeeping/,\$d" "$TOP/tests/guest/lib.sh"; }
+lib_sh() { sed "/^# The guest.s own housekeeping/,\$d" "$TOP/tests/common/lib.sh"; }
 # The boot check at the top of lib.sh: a report early in a large log stops
 # the script with 75 (tests/run-guest then boots again).
 boot_status() {
@@ -112,7 +112,7 @@ case_ "lib.sh sets pipefail" 0 bash -c 'set +o pipefail; . "$1"; test -o pipefai
 # shellcheck disable=SC1090
 . <(lib_sh)
 # shellcheck disable=SC1091
-. "$TOP/tests/guest/target.sh"
+. "$TOP/tests/common/target.sh"
 
 MARK=12345.1
 # The mark after the boot's 100 lines, then the line and much more log.

@@ -36,8 +36,8 @@
 # whole guest during 4k random reads for each iSER initiator.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 # tools/bench/run names the build (riser.ko, or out/distro-build's).
 KO=${RISER_BENCH_KO:-$RISER_TOP/riser.ko}
 RAW=$RISER_OUT/raw

@@ -6,8 +6,8 @@
 # a wrong secret, accepted with the right one), two targets logged in at
 # once, LIO torn down under a live session. No riser here.
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 IP=192.168.77.1
 A=iqn.2026-11.org.riser:nb
 B=iqn.2026-11.org.riser:chap

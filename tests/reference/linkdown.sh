@@ -32,8 +32,8 @@
 # routes.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=$RISER_TOP/riser.ko
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:linkdown

@@ -7,8 +7,8 @@
 # clean teardown. No riser here; RISER_EXPECT_KUNIT=0 on the host.
 
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 
 RDMA=${RISER_RDMA:-rxe}
 if [ "$RDMA" = siw ]; then

@@ -7,8 +7,8 @@
 # logout and unload. The narration goes to $RISER_OUT/demo.log, which make
 # prints.
 set -u
-. "$RISER_TOP/tests/guest/lib.sh"
-. "$RISER_TOP/tests/guest/target.sh"
+. "$RISER_TOP/tests/common/lib.sh"
+. "$RISER_TOP/tests/common/target.sh"
 KO=$RISER_TOP/riser.ko
 IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:demo

@@ -4,4 +4,4 @@
 # ib_iser_smoke.sh over soft-iWARP (siw0 on dummy1, LIO's TCP listener moved
 # to a network namespace of its own so that it does not take siw's port).
 
-RISER_RDMA=siw exec bash "$RISER_TOP/tests/guest/ib_iser_smoke.sh"
+RISER_RDMA=siw exec bash "$RISER_TOP/tests/reference/ib_iser_smoke.sh"
