@@ -226,14 +226,14 @@ case_ "iscsid_says: no such line" '!0' iscsid_says "reconnect min 20"
 # sources, and that is lib.sh or a script for which the same holds.
 sources_lib_first() {
 	local f=$1 n src
-	n=$(grep -nE '^\. "\$RISER_TOP/tests/guest/[a-z-]+\.sh"$' "$f" | cut -d: -f1 | sed -n 1p)
+	n=$(grep -nE '^\. "\$RISER_TOP/tests/(guest|common)/[a-z-]+\.sh"$' "$f" | cut -d: -f1 | sed -n 1p)
 	[ -n "$n" ] || { echo "$f sources no guest script"; return 1; }
 	if sed -n "1,$((n - 1))p" "$f" | grep -vE '^\s*#' | grep -E '(^|[^|])\|($|[^|])'; then
 		echo "$f: a pipeline before line $n"
 		return 1
 	fi
-	src=$(sed -n "${n}p" "$f" | grep -oE '[a-z-]+\.sh')
-	[ "$src" = lib.sh ] || sources_lib_first "$TOP/tests/guest/$src"
+	src=$(sed -n "${n}p" "$f" | grep -oE 'tests/(guest|common)/[a-z-]+\.sh')
+	[ "$src" = tests/common/lib.sh ] || sources_lib_first "$TOP/$src"
 }
 GUEST_TESTS=$(sed -n '/^GUEST_TESTS =/,/[^\\]$/p' "$TOP/Makefile" | grep -oE 'tests/guest/[a-z-]+\.sh' | sort -u)
 case_ "Makefile: GUEST_TESTS found" 0 test -n "$GUEST_TESTS"
