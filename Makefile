@@ -115,6 +115,8 @@ host-test:
 	# Not incremental: the kernel's "make clean" for external modules deletes
 	# every *.o below this tree, cargo's incremental files included.
 	CARGO_INCREMENTAL=0 cargo test --manifest-path tests/host/Cargo.toml 2>&1 | tee out/host-test.log
+	# The guest scripts' log helpers under pipefail, on the host.
+	tests/host/guest-pipefail.sh >out/guest-pipefail.log 2>&1 || { cat out/guest-pipefail.log; exit 1; }
 
 evil: $(EVIL)
 
@@ -161,6 +163,7 @@ check: check-env
 	fi; \
 	exit $$rc
 	RISER_HOST_LOG=out/host-test.log RISER_FUZZ_LOG=out/fuzz.log \
+	RISER_PIPEFAIL_LOG=out/guest-pipefail.log \
 		tests/run-guest --check --kdir $(KDIR) $(GUEST_TESTS)
 
 # riser against ib_iser and iscsi_tcp on the fast kernel flavour (built by

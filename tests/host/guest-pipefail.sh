@@ -12,7 +12,8 @@
 # enough: the old pipelines of the boot check, dmesg_has and secs_after_mark
 # get status 141 on it under pipefail.
 #
-# Run by hand: tests/host/guest-pipefail.sh (a few seconds; prints one line
+# make host-test runs it, and make check counts its cases (run-guest's
+# RISER_PIPEFAIL_LOG); by hand: tests/host/guest-pipefail.sh (a few seconds; prints one line
 # a case and "N passed, N failed"; exits 1 on a failure). It sources lib.sh
 # without its last block (the guest's housekeeping: kmemleak, udevd), with
 # mount, udevadm and dmesg stubbed, and target.sh; mpath.sh's and
