@@ -70,7 +70,7 @@ SHELL := /bin/bash
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/manifest lists each with the checks it plans: a guest added here or
 # dropped goes there too, or make check fails.
-# tests/run-guest runs one-vCPU guests two at a time, longest first here,
+# tests/run-guest runs one-vCPU guests three at a time, longest first here,
 # then hostile.sh (the hostile target's modes that race a command's end
 # against its sends or its task slot's reuse, early status, the held
 # release) and session.sh each alone on two vCPUs, so that riser's
