@@ -484,16 +484,21 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         if self.prefixed.replace(true) {
             return Err(EBUSY);
         }
-        let head = self.task.slot().cast::<SlotHead>();
-        // SAFETY: The task is live (type invariant); the slot, whose start
-        // is its `SlotHead` (`repr(C)`), is its `dd_data`.
-        if unsafe { (*self.task.raw()).hdr } != unsafe { (*head).hdr.get() } {
+        // The slot's head as bytes, straight from the task's `dd_data` (no
+        // reference to a field: the slice below spans `room` and `hdr`, so
+        // its pointer must carry the whole head's provenance).
+        let head = self.task.slot().cast::<u8>();
+        // SAFETY: `hdr` is inside the slot's head (`SlotHead` is at the
+        // slot's start, `repr(C)`).
+        let hdr = unsafe { head.add(core::mem::offset_of!(SlotHead, hdr)) };
+        // SAFETY: The task is live (type invariant).
+        if unsafe { (*self.task.raw()).hdr }.cast::<u8>() != hdr {
             return Err(EINVAL);
         }
-        // SAFETY: `room` is the slot's, `HDR_ROOM` bytes long, and ends
-        // where `hdr` starts (checked at compile time above), so `at` and
-        // the `n + BHS_LEN` bytes from it are inside the slot's head.
-        let at = unsafe { (*head).room.get().cast::<u8>().add(HDR_ROOM - n) };
+        // SAFETY: `room` is `HDR_ROOM` bytes right before `hdr` (checked at
+        // compile time above), so `at` and the `n + BHS_LEN` bytes from it
+        // are inside the slot's head.
+        let at = unsafe { hdr.sub(n) };
         // SAFETY: `room` is written only here, once per `XmitTask` (just
         // checked; `XmitTask` is not `Sync`, and libiscsi transmits a task
         // on one CPU at a time, so no other `XmitTask` of the task is
