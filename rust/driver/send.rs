@@ -218,23 +218,25 @@ impl Res {
         let iser = Self::advertise(plan.advert, reg.as_ref());
         let mut iser_hdr = [0u8; ISER_HDR_LEN];
         iser.encode(&mut iser_hdr).map_err(|_| EINVAL)?;
+        // The iSER header goes in front of the BHS in the task slot, and
+        // the two are sent from there (inline) or copied once into the
+        // slot's header buffer. Before the slot's word is published: from
+        // there on, nothing may fail without `not_posted`.
+        let hdrs = task.prefixed_bhs(&iser_hdr)?;
         let data = match &reg {
             Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
             _ => None,
         };
+        let send = self.how_sent(&plan, hdrs, data.as_ref());
         // Reserve the Data-Out headers first: once the command is posted,
         // its Data-Outs must go out. Given back when `reserved` goes, as
         // far as they were not taken.
         let reserved = self.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
         // The slot's word, before anything is posted: once it is, a response
-        // on another CPU may complete the command.
+        // on another CPU may complete the command. The last step that may
+        // fail before the post.
         let post = Self::slot_post(&plan, task.hdr_itt());
         self.hold_command(task, task.hdr_lun(), &post)?;
-        // The iSER header goes in front of the BHS in the task slot, and
-        // the two are sent from there (inline) or copied once into the
-        // slot's header buffer.
-        let hdrs = task.prefixed_bhs(&iser_hdr)?;
-        let send = self.how_sent(&plan, hdrs, data.as_ref());
         let cmd = CmdPost {
             reg: reg
                 .as_ref()

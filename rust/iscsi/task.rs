@@ -238,7 +238,12 @@ pub(crate) struct Task<'a, T: TransportOps> {
 /// # Invariants
 ///
 /// `task` satisfies [`Task`]'s invariant, and libiscsi is transmitting
-/// the task for `'a`, under the session's `frwd_lock`: its `data` (the
+/// the task for `'a`, under the session's `frwd_lock` (the layer's hosts
+/// have no transmit workqueue, `iscsi_host_alloc(.., false)` in
+/// `kernel_ext/scsi.rs`, so libiscsi calls `xmit_task` from
+/// `iscsi_queuecommand` and `iscsi_send_mgmt_task` with the lock held;
+/// `iscsi_xmit_task`, which drops it around the call, runs only from that
+/// workqueue): its `data` (the
 /// connection's data buffer for a login or text PDU) holds `data_count`
 /// bytes that nothing rewrites meanwhile, its `unsol_r2t` is changed
 /// by no one else (libiscsi prepares unsolicited Data-Outs only in the
