@@ -278,8 +278,8 @@ impl TransportOps for Iser {
                 Addr(ep.dst)
             );
         }
-        let room = ep.res().ok_or(ENOTCONN)?.tx_hdrs.len();
-        if usize::from_safe_cast(conn.cmds_max()) > room {
+        let room = ep.res().ok_or(ENOTCONN)?.tx.tags().cmds;
+        if conn.cmds_max() > room {
             pr_err!(
                 "bind: session has {} tasks, the connection {}\n",
                 conn.cmds_max(),
@@ -376,8 +376,7 @@ impl TransportOps for Iser {
             };
             let need =
                 plan::dataouts(task.unsol_len(), task.max_xmit_dlength()).map_err(|_| EINVAL)?;
-            // CAST: the vector was sized from a u32 count.
-            let pool = res.dataout.len() as u32;
+            let pool = res.tx.tags().dataouts;
             if need > pool {
                 // Waiting cannot help: requeued, it would never go.
                 // libiscsi fails the command (DID_ABORT) instead.
@@ -399,7 +398,7 @@ impl TransportOps for Iser {
     fn xmit_task(ep: &IserConn, task: &mut XmitTask<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
-            return res.send_control(task);
+            return send::control(&res, task);
         }
         // Going down: libiscsi requeues the command (see `init_task`).
         if !ep.is_up() {
@@ -409,7 +408,7 @@ impl TransportOps for Iser {
         // cleaned up) on another CPU.
         let len = task.data_len();
         let dir = task.direction();
-        let (unregistered, broken) = res.send_command(task, dir, len).inspect_err(|e| {
+        let (unregistered, broken) = send::command(&res, task, dir, len).inspect_err(|e| {
             if *e == EAGAIN || *e == ENOMEM {
                 ep.counters.sq_full.add(1, Relaxed);
             }

@@ -477,7 +477,11 @@ impl IserConn {
             PollContext::SoftIrq,
         )?;
         let n_dataout = sizing.max_cmds * DATAOUT_SLOTS_PER_CMD;
-        let made = Bufs::new(&ctx.dev, sizing.max_cmds, n_dataout)
+        let tag_map = TagMap {
+            cmds: sizing.max_cmds,
+            dataouts: n_dataout,
+        };
+        let made = Bufs::new(self, &ctx.dev, tag_map)
             .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
         let (mut bufs, slot) = match made {
             Ok(m) => m,
@@ -485,10 +489,6 @@ impl IserConn {
                 pr_err!("cannot allocate the connection's buffers: {:?}\n", e);
                 return Err(e);
             }
-        };
-        let tag_map = TagMap {
-            cmds: sizing.max_cmds,
-            dataouts: n_dataout,
         };
         let conn_caps = ConnCaps {
             max_send_wr: sizing.max_send_wr,
@@ -519,7 +519,7 @@ impl IserConn {
         // Each command slot sends from its header buffer. Should it fail
         // (it cannot: each slot's is new and on the QP's device), the
         // slot's buffered SENDs fail to post.
-        for (i, h) in (0..).zip(bufs.tx_hdrs.iter()) {
+        for (i, h) in (0..).zip(bufs.tx.cmd_headers().iter()) {
             if let Err(e) = conn.give_cmd_header(i, h.clone()) {
                 pr_err!(
                     "cannot give command slot {} its header buffer: {:?}\n",

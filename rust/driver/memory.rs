@@ -20,8 +20,12 @@ use super::{
         FailResult,
         Failure, //
     },
-    res::Res,
-    tags::SendTag,
+    recv,
+    stats::Counters,
+    tags::{
+        SendTag,
+        TagMap, //
+    },
     Iser, //
 };
 use crate::{
@@ -49,7 +53,10 @@ use crate::{
             TmfRequest, //
         },
     },
-    rdma::conn::SendOp, //
+    rdma::conn::{
+        Connection,
+        SendOp, //
+    },
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{
@@ -60,8 +67,16 @@ use kernel::sync::atomic::{
     Release, //
 };
 use kernel::{
-    alloc::KVec,
-    prelude::*, //
+    alloc::{
+        KBox,
+        KVec, //
+    },
+    new_spinlock_irq,
+    prelude::*,
+    sync::{
+        Arc,
+        SpinLockIrq, //
+    },
 };
 
 /// One task slot's command as the connection tracks it.
@@ -72,7 +87,7 @@ use kernel::{
 /// reads the words: a completion that clears a command's last pending bit,
 /// then looks whether a TMF Response is held, and the TMF path, which holds
 /// one, then looks at the words, cannot both miss the other (see
-/// [`Res::events_done`]).
+/// [`Cmds::events_done`]).
 pub(super) struct Slot {
     /// The completion word ([`Word`]).
     word: Atomic<u64>,
@@ -238,7 +253,85 @@ pub(super) struct Done {
     pub(super) failure: Option<Failure>,
 }
 
-impl Res {
+/// The commands of a connection as the target can reach them: each task
+/// slot's completion word, the rare PDUs' bookkeeping, and the flag of a
+/// TMF Response held back.
+pub(super) struct Cmds {
+    /// By task slot: what its command still owes before it may complete,
+    /// and the reference that holds it until then.
+    slots: KVec<Slot>,
+    /// The rare PDUs' bookkeeping: control SENDs, the TMF and logout
+    /// outstanding, a TMF Response held.
+    track: Pin<KBox<SpinLockIrq<Track>>>,
+    /// A TMF Response is held in `track` (read by every completion
+    /// without the lock: see [`Cmds::events_done`]).
+    tmf_held: Atomic<bool>,
+    /// The target may invalidate the commands' keys (SEND_WITH_INV).
+    remote_inv: bool,
+    /// The connection's send tags (a LOCAL_INV's is its MR's).
+    tags: TagMap,
+    counters: Arc<Counters>,
+}
+
+impl Cmds {
+    /// The bookkeeping of `n` task slots, whose send tags `tags` numbers.
+    /// With `remote_inv`, the target may invalidate the commands' keys with
+    /// SEND_WITH_INV.
+    pub(super) fn new(
+        n: u32,
+        tags: TagMap,
+        remote_inv: bool,
+        counters: Arc<Counters>,
+    ) -> Result<Self> {
+        let mut slots = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+        for _ in 0..n {
+            slots.push(Slot::new(), GFP_KERNEL)?;
+        }
+        let track = Track::new(tags.tag(SendTag::DataOut(tags.dataouts)))?;
+        Ok(Self {
+            slots,
+            track: KBox::pin_init(new_spinlock_irq!(track, "riser_track"), GFP_KERNEL)?,
+            tmf_held: Atomic::new(false),
+            remote_inv,
+            tags,
+            counters,
+        })
+    }
+
+    /// The rare PDUs' bookkeeping. No task reference may be dropped under
+    /// its lock.
+    pub(super) fn track(&self) -> &SpinLockIrq<Track> {
+        &self.track
+    }
+
+    /// Whether the command on slot `idx` waits for its SEND's completion.
+    pub(super) fn send_due(&self, idx: u32) -> bool {
+        self.slots
+            .get(usize::from_safe_cast(idx))
+            .is_some_and(|s| s.word().send_due())
+    }
+
+    /// Releases every command and drops every task reference held, once
+    /// the connection's QP is destroyed (drained): no work request is
+    /// outstanding and no completion is to come, so nothing of any command
+    /// is reachable. Before that, a command released here could complete
+    /// while the target can still reach its memory.
+    pub(super) fn teardown(&self) {
+        // Outside the lock (the last reference frees its task, which takes
+        // libiscsi's locks), before the slow frees.
+        for s in self.slots.iter() {
+            drop(s.teardown());
+        }
+        let mut at = 0;
+        loop {
+            let r = self.track.lock().take_ref(&mut at);
+            match r {
+                Some(r) => drop(r),
+                None => break,
+            }
+        }
+    }
+
     /// The completion words and LUNs of the slots.
     fn words(&self) -> impl Iterator<Item = (Word, [u8; 8])> + '_ {
         self.slots.iter().map(|s| (s.word(), s.lun()))
@@ -289,11 +382,12 @@ impl Res {
     /// Applies event `f` to slot `idx`'s word and does what the step says:
     /// the LOCAL_INV that is due is posted, and the reference of a command
     /// that ended is returned. A transition refused is riser's own bug (the
-    /// target's are refused in [`Res::response_arrived`]): a warning, and
+    /// target's are refused in [`Cmds::response_arrived`]): a warning, and
     /// the connection fails.
     #[inline]
     pub(super) fn slot_event(
         &self,
+        conn: &Connection<IserConn>,
         idx: u32,
         f: impl Fn(Word) -> core::result::Result<Step, Violation>,
     ) -> Done {
@@ -304,7 +398,7 @@ impl Res {
             };
         };
         match s.apply(f) {
-            Ok(step) => self.finish(idx, s, step),
+            Ok(step) => self.finish(conn, idx, s, step),
             Err(v) => Done {
                 task: None,
                 failure: Some(Self::own_violation(idx, v)),
@@ -315,9 +409,9 @@ impl Res {
     /// Does what a published step says. Inlined: called by every
     /// completion, with a step that is mostly known at the call.
     #[inline]
-    fn finish(&self, idx: u32, s: &Slot, step: Step) -> Done {
+    fn finish(&self, conn: &Connection<IserConn>, idx: u32, s: &Slot, step: Step) -> Done {
         let failure = match step.action {
-            Action::Invalidate => self.invalidate(idx).err(),
+            Action::Invalidate => self.invalidate(conn, idx).err(),
             Action::Wait | Action::Complete => None,
         };
         let task = match step.task_ref {
@@ -358,6 +452,7 @@ impl Res {
     /// would complete the command on it).
     pub(super) fn response_arrived(
         &self,
+        conn: &Connection<IserConn>,
         idx: u32,
         pdu: &RxPdu,
         invalidated: Option<u32>,
@@ -365,7 +460,7 @@ impl Res {
     ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
             return match invalidated {
-                Some(rkey) => Err(IserConn::foreign(rkey, pdu)),
+                Some(rkey) => Err(recv::foreign(rkey, pdu)),
                 // Beyond the slots: libiscsi refuses it.
                 None => Ok(None),
             };
@@ -373,7 +468,7 @@ impl Res {
         let r = slot::Response {
             itt: pdu.itt,
             invalidated,
-            rkey: self.conn.mr_rkey(idx).unwrap_or(0),
+            rkey: conn.mr_rkey(idx).unwrap_or(0),
             remote_inv: self.remote_inv,
         };
         // A command that still waits for something past its response (its
@@ -398,7 +493,7 @@ impl Res {
         };
         if invalidated.is_some() {
             self.counters.remote_invs.add(1, Relaxed);
-            self.conn.mr_invalidated(idx);
+            conn.mr_invalidated(idx);
         }
         let (step, spare) = match step.task_ref {
             // The reference is in the slot already.
@@ -414,7 +509,7 @@ impl Res {
             _ if pre => (step, s.hold.take()),
             _ => (step, None),
         };
-        let done = self.finish(idx, s, step);
+        let done = self.finish(conn, idx, s, step);
         let task = done.task.or(spare);
         match done.failure {
             Some(f) => {
@@ -482,7 +577,7 @@ impl Res {
                 Err(Failure::SecondResponse)
             }
             Violation::ForeignInvalidation | Violation::KeyNotGiven => {
-                Err(IserConn::foreign(invalidated.unwrap_or(0), pdu))
+                Err(recv::foreign(invalidated.unwrap_or(0), pdu))
             }
             Violation::CorruptItt => {
                 pr_err!(
@@ -494,24 +589,23 @@ impl Res {
             }
             Violation::UnknownItt => Ok(None),
             Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
-                Self::own_violation(IserConn::slot_of(pdu.itt), Violation::Unexpected),
+                Self::own_violation(recv::slot_of(pdu.itt), Violation::Unexpected),
             ),
         }
     }
 
     /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
-    pub(super) fn invalidate(&self, idx: u32) -> FailResult {
+    pub(super) fn invalidate(&self, conn: &Connection<IserConn>, idx: u32) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
-        self.conn
-            .post_send(SendOp::LocalInv {
-                mr: idx,
-                tag: Some(self.tag(SendTag::Inv(idx))),
-            })
-            .map_err(|e| {
-                pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);
-                // The reference stays until the QP and MRs are gone.
-                Failure::InvalidatePost
-            })
+        conn.post_send(SendOp::LocalInv {
+            mr: idx,
+            tag: Some(self.tags.tag(SendTag::Inv(idx))),
+        })
+        .map_err(|e| {
+            pr_err!("cannot invalidate MR {}: {:?}\n", idx, e);
+            // The reference stays until the QP and MRs are gone.
+            Failure::InvalidatePost
+        })
     }
 
     /// The held TMF Response, if the commands it waits for are done.
@@ -528,7 +622,7 @@ impl Res {
     /// After events that may have ended commands a held TMF Response
     /// waits for: the response, if it may go now. The flag is read after
     /// the events' fully ordered exchanges, and set by
-    /// [`Res::tmf_response`] with one before it reads the words: one of the
+    /// [`Cmds::tmf_response`] with one before it reads the words: one of the
     /// two sees the other.
     pub(super) fn events_done(&self) -> Option<Bhs> {
         if self.tmf_held.load(Relaxed) {
@@ -541,7 +635,12 @@ impl Res {
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.
-    pub(super) fn tmf_response(&self, req: TmfRequest, bhs: &Bhs) -> FailResult<bool> {
+    pub(super) fn tmf_response(
+        &self,
+        conn: &Connection<IserConn>,
+        req: TmfRequest,
+        bhs: &Bhs,
+    ) -> FailResult<bool> {
         let mut failure = None;
         if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
             for (i, s) in self.slots.iter().enumerate() {
@@ -550,7 +649,7 @@ impl Res {
                     continue;
                 }
                 // CAST: slot indexes fit a u32.
-                let done = self.slot_event(i as u32, |w| Ok(slot::abort(w)));
+                let done = self.slot_event(conn, i as u32, |w| Ok(slot::abort(w)));
                 // libiscsi's own reference holds the task until it has
                 // seen the TMF Response: this is not the last.
                 drop(done.task);

@@ -12,6 +12,7 @@ use super::{
         Failure, //
     },
     res::Res,
+    send,
     ASYNC_PER_SEC, //
 };
 use crate::{
@@ -48,224 +49,221 @@ use kernel::{
     sync::rcu, //
 };
 
-impl IserConn {
-    /// Handles one receive (softirq): validate, hand to libiscsi, repost.
-    /// The PDU is read in place, in the receive buffer, which is not
-    /// posted again (so not written) until the repost ends the read.
-    pub(super) fn received(&self, rcu: &rcu::Guard, res: &Res, rx: Received<'_, Self>) {
-        if let Err(why) = self.deliver(rcu, res, rx.bytes(), rx.wc()) {
-            self.fail(why);
-        }
-        // The login receive (tag 0) is posted anew for each login request.
-        let tag = rx.tag();
-        if tag != 0 {
-            // One repost per completion: a receive fewer, and the target's
-            // next PDU meets an RNR.
-            if let Err(e) = rx.repost() {
-                self.repost_failed(tag, e);
-            }
+/// Handles one receive (softirq): validate, hand to libiscsi, repost.
+/// The PDU is read in place, in the receive buffer, which is not
+/// posted again (so not written) until the repost ends the read.
+pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<'_, IserConn>) {
+    if let Err(why) = deliver(ep, rcu, res, rx.bytes(), rx.wc()) {
+        ep.fail(why);
+    }
+    // The login receive (tag 0) is posted anew for each login request.
+    let tag = rx.tag();
+    if tag != 0 {
+        // One repost per completion: a receive fewer, and the target's
+        // next PDU meets an RNR.
+        if let Err(e) = rx.repost() {
+            ep.repost_failed(tag, e);
         }
     }
+}
 
-    pub(super) fn deliver(&self, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
-        let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
-            Ok(p) => p,
-            Err(e) => return Err(Self::malformed(wc.byte_len, e)),
-        };
-        let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
-        trace::pdu_received(trace::id(self), bhs.bytes(), wc.invalidated.unwrap_or(0));
-        let data = &bytes[pdu.data.clone()];
-        if pdu.opcode != TargetOpcode::ScsiResponse {
-            return self.deliver_other(rcu, res, &pdu, &bhs, data, wc);
-        }
-        // A SCSI Response: one per command, the receive path's common case.
-        // Whether it may invalidate what it names, and whether it is the
-        // command's own, are decided by the slot's completion word. A
-        // reference taken for a command that still owes something is
-        // dropped only once libiscsi has the response.
-        let done_ref =
-            res.response_arrived(Self::slot_of(pdu.itt), &pdu, wc.invalidated, || {
+fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
+    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
+        Ok(p) => p,
+        Err(e) => return Err(malformed(wc.byte_len, e)),
+    };
+    let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
+    trace::pdu_received(trace::id(ep), bhs.bytes(), wc.invalidated.unwrap_or(0));
+    let data = &bytes[pdu.data.clone()];
+    if pdu.opcode != TargetOpcode::ScsiResponse {
+        return deliver_other(ep, rcu, res, &pdu, &bhs, data, wc);
+    }
+    // A SCSI Response: one per command, the receive path's common case.
+    // Whether it may invalidate what it names, and whether it is the
+    // command's own, are decided by the slot's completion word. A
+    // reference taken for a command that still owes something is
+    // dropped only once libiscsi has the response.
+    let done_ref =
+        res.cmds
+            .response_arrived(&res.conn, slot_of(pdu.itt), &pdu, wc.invalidated, || {
                 // libiscsi's ITTs are the BHS's bytes as they are in memory.
                 let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
-                self.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
+                ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
             })?;
-        let r = self.hand_on(rcu, &bhs, data);
-        // libiscsi has completed the command (or refused the response): the
-        // task is freed once this last reference goes.
-        drop(done_ref);
-        r
-    }
+    let r = hand_on(ep, rcu, &bhs, data);
+    // libiscsi has completed the command (or refused the response): the
+    // task is freed once this last reference goes.
+    drop(done_ref);
+    r
+}
 
-    /// The task slot an ITT names: libiscsi builds ITTs in host byte order
-    /// (get_itt()).
-    pub(super) fn slot_of(itt: u32) -> u32 {
-        u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
-    }
+/// The task slot an ITT names: libiscsi builds ITTs in host byte order
+/// (get_itt()).
+pub(super) fn slot_of(itt: u32) -> u32 {
+    u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
+}
 
-    /// Hands the PDU to libiscsi.
-    fn hand_on(&self, rcu: &rcu::Guard, bhs: &Bhs, data: &[u8]) -> FailResult {
-        match self
-            .bound
-            .with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data))
-        {
-            Some(Err(_)) => Err(Failure::LibiscsiRejected),
-            _ => Ok(()),
-        }
+/// Hands the PDU to libiscsi.
+fn hand_on(ep: &IserConn, rcu: &rcu::Guard, bhs: &Bhs, data: &[u8]) -> FailResult {
+    match ep.bound.with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data)) {
+        Some(Err(_)) => Err(Failure::LibiscsiRejected),
+        _ => Ok(()),
     }
+}
 
-    #[cold]
-    fn malformed(byte_len: u32, e: ProtoError) -> Failure {
-        pr_err!("bad PDU from the target ({} bytes): {:?}\n", byte_len, e);
-        Failure::MalformedPdu
+#[cold]
+fn malformed(byte_len: u32, e: ProtoError) -> Failure {
+    pr_err!("bad PDU from the target ({} bytes): {:?}\n", byte_len, e);
+    Failure::MalformedPdu
+}
+
+#[cold]
+pub(super) fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
+    pr_err!(
+        "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+        rkey,
+        pdu.opcode,
+        pdu.itt
+    );
+    Failure::ForeignInvalidation
+}
+
+/// Every PDU but a SCSI Response: NOP-In, and the rare ones (login,
+/// text, logout, TMF, asynchronous messages), kept out of the common
+/// path.
+#[inline(never)]
+fn deliver_other(
+    ep: &IserConn,
+    rcu: &rcu::Guard,
+    res: &Res,
+    pdu: &RxPdu,
+    bhs: &Bhs,
+    data: &[u8],
+    wc: Wc,
+) -> FailResult {
+    if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
+        pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
+        return Err(Failure::DataInOrR2t);
     }
-
-    #[cold]
-    pub(super) fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
+    // Only a SCSI Response may invalidate (its own task's rkey).
+    if let Some(rkey) = wc.invalidated {
+        return Err(foreign(rkey, pdu));
+    }
+    if pdu.opcode == TargetOpcode::AsyncMessage && !ep.async_allowed() {
+        ep.counters.async_refused.add(1, Relaxed);
         pr_err!(
-            "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
-            rkey,
-            pdu.opcode,
-            pdu.itt
+            "target sent more than {} async messages in a second\n",
+            ASYNC_PER_SEC
         );
-        Failure::ForeignInvalidation
+        return Err(Failure::AsyncFlood);
     }
-
-    /// Every PDU but a SCSI Response: NOP-In, and the rare ones (login,
-    /// text, logout, TMF, asynchronous messages), kept out of the common
-    /// path.
-    #[inline(never)]
-    fn deliver_other(
-        &self,
-        rcu: &rcu::Guard,
-        res: &Res,
-        pdu: &RxPdu,
-        bhs: &Bhs,
-        data: &[u8],
-        wc: Wc,
-    ) -> FailResult {
-        if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
-            pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
-            return Err(Failure::DataInOrR2t);
+    match pdu.opcode {
+        TargetOpcode::TextResponse => {
+            ep.counters.text_rsps.add(1, Relaxed);
         }
-        // Only a SCSI Response may invalidate (its own task's rkey).
-        if let Some(rkey) = wc.invalidated {
-            return Err(Self::foreign(rkey, pdu));
-        }
-        if pdu.opcode == TargetOpcode::AsyncMessage && !self.async_allowed() {
-            self.counters.async_refused.add(1, Relaxed);
-            pr_err!(
-                "target sent more than {} async messages in a second\n",
-                ASYNC_PER_SEC
-            );
-            return Err(Failure::AsyncFlood);
-        }
-        match pdu.opcode {
-            TargetOpcode::TextResponse => {
-                self.counters.text_rsps.add(1, Relaxed);
+        TargetOpcode::LogoutResponse => {
+            // libiscsi takes a Logout Response for any management ITT:
+            // only the answer to riser's own Logout Request ends the
+            // session (then the target's disconnect is no failure).
+            let ours = res
+                .cmds
+                .track()
+                .lock()
+                .logout_itt
+                .take_if(|i| *i == pdu.itt)
+                .is_some();
+            if !ours {
+                pr_err!(
+                    "target sent a Logout Response for ITT {:#x}, which answers no Logout Request\n",
+                    pdu.itt
+                );
+                return Err(Failure::LogoutWithoutLogout);
             }
-            TargetOpcode::LogoutResponse => {
-                // libiscsi takes a Logout Response for any management ITT:
-                // only the answer to riser's own Logout Request ends the
-                // session (then the target's disconnect is no failure).
-                let ours = res
-                    .track
-                    .lock()
-                    .logout_itt
-                    .take_if(|i| *i == pdu.itt)
-                    .is_some();
-                if !ours {
-                    pr_err!(
-                        "target sent a Logout Response for ITT {:#x}, which answers no Logout Request\n",
-                        pdu.itt
-                    );
-                    return Err(Failure::LogoutWithoutLogout);
+            ep.logged_out.store(true, Release);
+        }
+        TargetOpcode::TmfResponse => {
+            // It carries no data (RFC 7143 11.6); libiscsi refuses one
+            // that does, which a held one (handed on without its data)
+            // would get past.
+            if !data.is_empty() {
+                pr_err!(
+                    "target sent a TMF Response with {} bytes of data\n",
+                    data.len()
+                );
+                return Err(Failure::TmfWithData);
+            }
+            // Only the answer to the one TMF outstanding, once:
+            // libiscsi would take any other (a ping's ITT, or the
+            // TMF's a second time) as that TMF's, and hand back the
+            // commands it ended while the target can still reach them.
+            let req = {
+                let mut t = res.cmds.track().lock();
+                if response::answers_tmf(t.tmf.as_ref(), pdu.itt) {
+                    t.tmf.take()
+                } else {
+                    None
                 }
-                self.logged_out.store(true, Release);
-            }
-            TargetOpcode::TmfResponse => {
-                // It carries no data (RFC 7143 11.6); libiscsi refuses one
-                // that does, which a held one (handed on without its data)
-                // would get past.
-                if !data.is_empty() {
-                    pr_err!(
-                        "target sent a TMF Response with {} bytes of data\n",
-                        data.len()
-                    );
-                    return Err(Failure::TmfWithData);
-                }
-                // Only the answer to the one TMF outstanding, once:
-                // libiscsi would take any other (a ping's ITT, or the
-                // TMF's a second time) as that TMF's, and hand back the
-                // commands it ended while the target can still reach them.
-                let req = {
-                    let mut t = res.track.lock();
-                    if response::answers_tmf(t.tmf.as_ref(), pdu.itt) {
-                        t.tmf.take()
-                    } else {
-                        None
-                    }
-                };
-                let Some(req) = req else {
-                    pr_err!(
-                        "target sent a TMF Response for ITT {:#x}, which answers no outstanding TMF\n",
-                        pdu.itt
-                    );
-                    return Err(Failure::TmfWithoutTmf);
-                };
-                // Held back until the commands it ended are out of the
-                // target's reach; the last invalidation hands it on.
-                if res.tmf_response(req, bhs)? {
-                    return Ok(());
-                }
-            }
-            _ => {}
-        }
-        if pdu.opcode == TargetOpcode::LoginResponse
-            && login::login_ok(bhs)
-            && login::enters_full_feature(bhs)
-        {
-            if res.ff_posted.xchg(true, Full) {
-                pr_err!("target sent a second full-feature Login Response\n");
-                return Err(Failure::SecondFullFeature);
-            }
-            // Post the full-feature receives before libiscsi sees the last
-            // login response, so the target's first PDU finds one.
-            let Some(&n) = res.ff_recvs.as_ref() else {
-                return Err(Failure::NoFullFeatureBuffers);
             };
-            for tag in 1..=n {
-                if res.conn.post_recv(tag).is_err() {
-                    return Err(Failure::FullFeaturePost);
-                }
+            let Some(req) = req else {
+                pr_err!(
+                    "target sent a TMF Response for ITT {:#x}, which answers no outstanding TMF\n",
+                    pdu.itt
+                );
+                return Err(Failure::TmfWithoutTmf);
+            };
+            // Held back until the commands it ended are out of the
+            // target's reach; the last invalidation hands it on.
+            if res.cmds.tmf_response(&res.conn, req, bhs)? {
+                return Ok(());
             }
         }
-        self.hand_on(rcu, bhs, data)
+        _ => {}
     }
-
-    /// A receive (`recv`) or a send completed in error: flushed at
-    /// teardown, or failed, which fails the connection. What a send's tag
-    /// held is released by the caller all the same.
-    #[cold]
-    pub(super) fn wc_failed(&self, recv: bool, tag: u32, wc: Wc) {
-        self.counters.completion_failed(&wc);
-        trace::wc_error(trace::id(self), recv, tag, wc.status);
-        if wc.flushed() {
-            return;
+    if pdu.opcode == TargetOpcode::LoginResponse
+        && login::login_ok(bhs)
+        && login::enters_full_feature(bhs)
+    {
+        if res.ff_posted.xchg(true, Full) {
+            pr_err!("target sent a second full-feature Login Response\n");
+            return Err(Failure::SecondFullFeature);
         }
-        if recv {
-            pr_err!("receive failed with status {}\n", wc.status);
-            self.fail(Failure::RecvError);
-        } else {
-            pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
-            self.fail(Failure::SendError);
+        // Post the full-feature receives before libiscsi sees the last
+        // login response, so the target's first PDU finds one.
+        let Some(&n) = res.ff_recvs.as_ref() else {
+            return Err(Failure::NoFullFeatureBuffers);
+        };
+        for tag in 1..=n {
+            if res.conn.post_recv(tag).is_err() {
+                return Err(Failure::FullFeaturePost);
+            }
         }
     }
+    hand_on(ep, rcu, bhs, data)
+}
 
-    /// Hands a held TMF Response to libiscsi (completion context).
-    pub(super) fn deliver_held(&self, bhs: Bhs) {
-        if let Some(Err(_)) = self.bound.with(|c| c.complete_pdu(bhs.bytes(), &[])) {
-            self.fail(Failure::LibiscsiRejected);
-        }
+/// A receive (`recv`) or a send completed in error: flushed at
+/// teardown, or failed, which fails the connection. What a send's tag
+/// held is released by the caller all the same.
+#[cold]
+pub(super) fn wc_failed(ep: &IserConn, recv: bool, tag: u32, wc: Wc) {
+    ep.counters.completion_failed(&wc);
+    trace::wc_error(trace::id(ep), recv, tag, wc.status);
+    if wc.flushed() {
+        return;
+    }
+    if recv {
+        pr_err!("receive failed with status {}\n", wc.status);
+        ep.fail(Failure::RecvError);
+    } else {
+        pr_err!("send (tag {}) failed with status {}\n", tag, wc.status);
+        ep.fail(Failure::SendError);
+    }
+}
+
+/// Hands a held TMF Response to libiscsi (completion context).
+pub(super) fn deliver_held(ep: &IserConn, bhs: Bhs) {
+    if let Some(Err(_)) = ep.bound.with(|c| c.complete_pdu(bhs.bytes(), &[])) {
+        ep.fail(Failure::LibiscsiRejected);
     }
 }
 
@@ -287,10 +285,10 @@ impl QpHandler for IserConn {
         };
         let wc = rx.wc();
         if !wc.ok() {
-            self.wc_failed(true, rx.tag(), wc);
+            wc_failed(self, true, rx.tag(), wc);
             return;
         }
-        self.received(rcu, res, rx);
+        received(self, rcu, res, rx);
     }
 
     #[cold]
@@ -305,6 +303,6 @@ impl QpHandler for IserConn {
 
     #[inline]
     fn send_done(&self, done: SendDone<'_>, wc: Wc) {
-        self.send_completed(done, wc);
+        send::completed(self, done, wc);
     }
 }

@@ -12,10 +12,13 @@ use super::{
         SendRef,
         Track, //
     },
+    recv,
     res::Res,
     tags::{
+        DataOutPool,
         Reserved,
         SendTag,
+        TagMap,
         CTRL_TX, //
     },
     Iser,
@@ -50,500 +53,574 @@ use crate::{
             Key,
             PlanError, //
         },
+        sizing,
         slot,
         tmf, //
     },
-    rdma::conn::{
-        Access,
-        CmdPost,
-        CmdSend,
-        DmaBuf,
-        Registration,
-        SendDone,
-        SendOp,
-        Sge,
-        Wc,
-        UNSIGNALED_TAG, //
+    rdma::{
+        conn::{
+            Access,
+            CmdPost,
+            CmdSend,
+            DmaBuf,
+            Registration,
+            SendDone,
+            SendOp,
+            Sge,
+            Wc,
+            UNSIGNALED_TAG, //
+        },
+        DeviceRef, //
     },
     trace, //
 };
+use core::num::NonZeroU32;
 use kernel::num::casts::FromSafeCast;
-use kernel::sync::atomic::Relaxed;
+use kernel::sync::atomic::{
+    Atomic,
+    Relaxed, //
+};
 use kernel::{
+    alloc::KVec,
+    dma::DataDirection,
     prelude::*,
     sync::Arc, //
 };
 
-impl Res {
-    /// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it
-    /// shares `xmit_task` with the SCSI commands, which it would otherwise
-    /// weigh down.
-    #[inline(never)]
-    pub(super) fn send_control(&self, task: &XmitTask<'_, Iser>) -> Result {
-        let bhs = Bhs(task.bhs());
-        let r = self.send_control_pdu(task, &bhs);
-        if let Err(e) = r {
-            // iscsid reports only that the PDU could not be sent.
-            pr_warn!(
-                "cannot send control PDU (opcode {:#04x}): {:?}\n",
-                login::opcode(&bhs),
-                e
-            );
-        }
-        r
-    }
+/// What the send path owns: the buffers PDUs are sent from, and the count
+/// that spaces the signaled inline SENDs.
+pub(super) struct Tx {
+    /// Buffers of control PDUs that carry data (login, text, NOP-Out with
+    /// ping data), sent on tags `0..CTRL_TX`.
+    ctrl_tx: KVec<Arc<DmaBuf>>,
+    /// One header buffer per task slot: command and control PDUs.
+    hdrs: KVec<Arc<DmaBuf>>,
+    /// Header buffers of unsolicited Data-Out PDUs, and which are free.
+    dataout: KVec<Arc<DmaBuf>>,
+    dataouts: DataOutPool,
+    /// What each send tag carries.
+    tags: TagMap,
+    /// Command SENDs whose PDU went inline: one in `signal_interval` is
+    /// signaled (`proto::sizing::signal_interval`). Counted by
+    /// `xmit_task` on any CPU; only its remainder matters.
+    inline_sends: Atomic<u32>,
+    /// Non-zero by type: the remainder by it has no panic path.
+    signal_interval: NonZeroU32,
+}
 
-    /// Picks the send tag and buffer of a control PDU: the task slot's own
-    /// header buffer when the PDU has no data and the slot's tag is free,
-    /// else a free control buffer. A tag is free when its last SEND has
-    /// completed and no task waits on it (`puts`), so nothing is written
-    /// into a buffer the device may still read.
-    pub(super) fn control_buffer(
-        &self,
-        t: &Track,
-        idx: u32,
-        data_len: usize,
-    ) -> Result<(u32, &Arc<DmaBuf>)> {
-        if data_len > LOGIN_DATA {
-            return Err(EINVAL);
-        }
-        let free = |tag: u32| {
-            self.conn.send_tag_idle(tag)
-                && t.puts
-                    .get(usize::from_safe_cast(tag))
-                    .is_some_and(Option::is_none)
-        };
-        let own = self.tag(SendTag::Slot(idx));
-        if data_len == 0 && free(own) {
-            return Ok((
-                own,
-                self.tx_hdrs.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?,
-            ));
-        }
-        (0..CTRL_TX)
-            .zip(self.ctrl_tx.iter())
-            .find(|(tag, _)| free(*tag))
-            .ok_or(EBUSY)
-    }
-
-    pub(super) fn send_control_pdu(&self, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
-        let data = task.mgmt_data();
-        let hdrs = Self::headers(IserHeader::default(), bhs)?;
-        // A PDU that expects no response is released by the layer once
-        // sent; this reference keeps its slot (and header buffer) until the
-        // device has read it.
-        let keep = if task.reserved_itt() {
-            Some(task.get_ref().ok_or(EINVAL)?)
-        } else {
-            None
-        };
-        // Held until posted: a send completion releases a tag's task
-        // under this lock.
-        let mut t = self.track.lock();
-        let (tag, buf) = self.control_buffer(&t, task.index(), data.len())?;
-        buf.write(0, &hdrs)?;
-        buf.write(HEADERS_LEN, data)?;
-        if login::opcode(bhs) == login::OP_LOGIN_REQ {
-            // The large login receive is posted for every login round (a
-            // CHAP login takes several); it is still posted if the previous
-            // round had no answer.
-            match self.conn.post_recv(0) {
-                Ok(()) | Err(EBUSY) => {}
-                Err(e) => return Err(e),
+impl Tx {
+    /// The send buffers, on `dev`, of a connection whose send tags `tags`
+    /// numbers (a header buffer per task slot and per unsolicited
+    /// Data-Out).
+    pub(super) fn new(dev: &DeviceRef, tags: TagMap) -> Result<Self> {
+        let headers = |n: u32, len: usize| -> Result<KVec<Arc<DmaBuf>>> {
+            let mut v = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+            for _ in 0..n {
+                v.push(DmaBuf::new(dev, len, DataDirection::ToDevice)?, GFP_KERNEL)?;
             }
-        }
-        let sge = buf.sge(0, HEADERS_LEN + data.len(), self.conn.pd())?;
-        self.conn.post_send(SendOp::Send {
-            tag,
-            sges: &[sge],
-            keep: Some(buf),
-        })?;
-        trace::pdu_sent(self.trace_id, bhs.bytes(), 0);
-        if let Some(r) = keep {
-            // The post just made: the completion cannot take the tag's
-            // bookkeeping before this lock is dropped.
-            let post = self.conn.send_tag_posts(tag).unwrap_or(0);
-            let slot = t.puts.get_mut(usize::from_safe_cast(tag)).ok_or(EINVAL)?;
-            *slot = Some(SendRef { task: r, post });
-        }
-        // What the responses to these end is decided when they arrive.
-        if let Some(req) = tmf::tmf_request(bhs) {
-            t.tmf = Some(req);
-        } else if tmf::is_logout_request(bhs) {
-            t.logout_itt = Some(bhs.itt());
-        }
-        Ok(())
-    }
-
-    /// Sends a SCSI command: registration, command PDU (with immediate
-    /// data), unsolicited Data-Outs. Says whether the data went
-    /// unregistered, and why the connection must fail if a Data-Out could
-    /// not follow its posted command.
-    ///
-    /// Before anything is posted, the slot's completion word says what the
-    /// command will owe (its response, its SEND's and Data-Outs'
-    /// completions, the key it gives the target), so that libiscsi
-    /// completes it only when the target can no longer reach its memory.
-    ///
-    /// `dir` and `len` are the task's direction and data length, which the
-    /// caller read.
-    pub(super) fn send_command(
-        &self,
-        task: &mut XmitTask<'_, Iser>,
-        dir: Direction,
-        len: u32,
-    ) -> Result<(bool, Option<Failure>)> {
-        let idx = task.index();
-        let plan = self.plan_command(task, dir, len)?;
-        let unregistered = plan.key == Key::GlobalRkey;
-        // The task slot's MR, header buffer and send tag, for this command
-        // alone. Busy while the slot's last SEND is being read by the
-        // device (libiscsi requeues).
-        let claim = self.conn.claim_cmd(idx).map_err(|e| match e {
-            EBUSY => EAGAIN,
-            e => e,
-        })?;
-        let sg = task.mapping();
-        let reg = match (plan.key, sg) {
-            (Key::None, _) => None,
-            (Key::LocalDma, Some(sg)) => Some(sg.local_only(self.conn.pd()).ok_or(EINVAL)?),
-            // always_register=0 and one segment: no MR at all.
-            (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(self.conn.pd()).ok_or(EINVAL)?),
-            (Key::Mr, Some(sg)) => Some(claim.map(sg)?),
-            _ => return Err(EINVAL),
+            Ok(v)
         };
-        if reg.as_ref().is_some_and(|r| r.len() < len) {
-            return Err(EINVAL);
-        }
-        let iser = Self::advertise(plan.advert, reg.as_ref());
-        let mut iser_hdr = [0u8; ISER_HDR_LEN];
-        iser.encode(&mut iser_hdr).map_err(|_| EINVAL)?;
-        // The iSER header goes in front of the BHS in the task slot, and
-        // the two are sent from there (inline) or copied once into the
-        // slot's header buffer. Before the slot's word is published: from
-        // there on, nothing may fail without `not_posted`.
-        let hdrs = task.prefixed_bhs(&iser_hdr)?;
-        let data = match &reg {
-            Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
-            _ => None,
-        };
-        let send = self.how_sent(&plan, hdrs, data.as_ref());
-        // Reserve the Data-Out headers first: once the command is posted,
-        // its Data-Outs must go out. Given back when `reserved` goes, as
-        // far as they were not taken.
-        let reserved = self.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
-        // The slot's word, before anything is posted: once it is, a response
-        // on another CPU may complete the command. The last step that may
-        // fail before the post.
-        let post = Self::slot_post(&plan, task.hdr_itt());
-        self.hold_command(task, task.hdr_lun(), &post)?;
-        let cmd = CmdPost {
-            reg: reg
-                .as_ref()
-                .filter(|_| plan.key == Key::Mr)
-                .map(|r| (r, Self::access(plan.exposure))),
-            send,
-        };
-        if let Err(r) = claim.post(&cmd) {
-            return self
-                .not_posted(idx, r.err, plan.remote_mr() && r.reg_posted)
-                .map(|broken| (unregistered, broken));
-        }
-        let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
-        if let Some(bhs) = hdrs.last_chunk() {
-            trace::pdu_sent(self.trace_id, bhs, stag);
-        }
-        let broken = if plan.dataouts > 0 {
-            self.send_dataouts(task, reg.as_ref(), reserved)
-        } else {
-            None
-        };
-        Ok((unregistered, broken))
-    }
-
-    /// Maps the command's data (how many segments it takes decides whether
-    /// it needs a registration), and plans how it is sent.
-    #[inline]
-    fn plan_command(
-        &self,
-        task: &mut XmitTask<'_, Iser>,
-        dir: Direction,
-        len: u32,
-    ) -> Result<plan::Plan> {
-        let dir = match dir {
-            Direction::None => DataDir::None,
-            Direction::Read => DataDir::Read,
-            Direction::Write => DataDir::Write,
-            Direction::Bidi => DataDir::Bidi,
-        };
-        if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
-            task.map_data(&self.dev.dev)?;
-        }
-        plan::plan(&Command {
-            dir,
-            len,
-            imm: task.imm_count(),
-            unsol: task.unsol_len(),
-            max_xmit: task.max_xmit_dlength(),
-            segments: task.mapping().map_or(0, |sg| sg.count()),
-            global_rkey: self.conn.pd().global_rkey().is_some(),
-            max_inline: self.conn.max_inline(),
-            // CAST: the headers are 76 bytes.
-            headers: HEADERS_LEN as u32,
+        Ok(Self {
+            ctrl_tx: headers(CTRL_TX, HEADERS_LEN + LOGIN_DATA)?,
+            hdrs: headers(tags.cmds, HEADERS_LEN)?,
+            dataout: headers(tags.dataouts, HEADERS_LEN)?,
+            dataouts: DataOutPool::new(tags.dataouts)?,
+            tags,
+            inline_sends: Atomic::new(0),
+            signal_interval: NonZeroU32::new(sizing::signal_interval(tags.cmds))
+                .unwrap_or(NonZeroU32::MIN),
         })
-        .map_err(Self::unplanned)
     }
 
-    /// The iSER header that gives the target the STag and address of the
-    /// registration `reg` the plan advertises.
-    #[inline]
-    fn advertise(advert: Advert, reg: Option<&Registration<'_>>) -> IserHeader {
-        let mut iser = IserHeader::default();
-        if let Some(r) = reg {
-            let at = |offset: u32| StagVa {
-                stag: r.rkey(),
-                va: r.iova() + u64::from(offset),
-            };
-            match advert {
-                Advert::None => {}
-                Advert::Read => iser.read = Some(at(0)),
-                Advert::Write { offset } => iser.write = Some(at(offset)),
-            }
-        }
-        iser
+    /// The task slots' header buffers, by slot.
+    pub(super) fn cmd_headers(&self) -> &[Arc<DmaBuf>] {
+        &self.hdrs
     }
 
-    /// How the command PDU `hdrs` goes. A PDU without immediate data goes
-    /// inline when the QP takes it: the provider copies it while posting,
-    /// so the SEND needs no completion to protect a buffer (only a buffer
-    /// the device still reads must wait for one), and only one in
-    /// `signal_interval` is signaled, for the send queue's sake. Immediate
-    /// data (`data`) is sent from the SCSI buffer.
-    #[inline]
-    fn how_sent<'a>(
-        &self,
-        plan: &plan::Plan,
-        hdrs: &'a [u8],
-        data: Option<&'a Sge<'a>>,
-    ) -> CmdSend<'a> {
-        if plan.inline {
-            let n = self.inline_sends.fetch_add(1, Relaxed);
-            CmdSend::Inline {
-                bytes: hdrs,
-                signaled: n % self.signal_interval == 0,
-            }
-        } else {
-            CmdSend::Buffered { hdr: hdrs, data }
-        }
-    }
-
-    /// What the command with ITT `itt` will owe, for its slot's word: its
-    /// SEND's completion unless inline, its Data-Outs' completions, and the
-    /// key it gives the target, if any (one its SENDs read through too
-    /// when its immediate data or Data-Outs go through its MR). No task
-    /// reference: until its response reaches libiscsi, libiscsi's own
-    /// holds the command, and the response takes one if anything is still
-    /// pending then.
-    #[inline]
-    fn slot_post(plan: &plan::Plan, itt: u32) -> slot::Post {
-        let sends_use_mr = plan.key == Key::Mr && (plan.with_imm || plan.dataouts > 0);
-        let key = match (plan.remote_mr(), sends_use_mr) {
-            (false, _) => slot::Key::None,
-            (true, false) => slot::Key::Given,
-            (true, true) => slot::Key::GivenSendsUseMr,
-        };
-        slot::Post {
-            itt,
-            send: !plan.inline,
-            data_outs: plan.dataouts,
-            key,
-            hold: false,
-        }
-    }
-
-    /// What a registration lets the target do: a write whose data all goes
-    /// by SEND (immediate data, Data-Outs) gives it no STag, and its MR no
-    /// remote access. Otherwise the target holds an rkey it can use until
-    /// it is invalidated.
-    #[inline]
-    fn access(e: Exposure) -> Access {
-        match e {
-            Exposure::Local => Access::Local,
-            Exposure::RemoteRead => Access::RemoteRead,
-            Exposure::RemoteWrite => Access::RemoteWrite,
-        }
-    }
-
-    #[cold]
-    fn unplanned(e: PlanError) -> Error {
-        if e == PlanError::Bidi {
-            pr_err!("bidirectional commands are not supported over iSER\n");
-        }
-        EINVAL
-    }
-
-    /// Undoes what `send_command` set up for a command the provider
-    /// refused (`e`): the slot's word (the Data-Out headers reserved go
-    /// back with the reservation).
-    /// Says why the connection must fail when the registration of a key
-    /// for the target (`key_posted`) went out without its command.
-    #[cold]
-    fn not_posted(&self, idx: u32, e: Error, key_posted: bool) -> Result<Option<Failure>> {
-        // The target never got the key, but keys are guessable, and it
-        // stays valid until invalidated: the command keeps its word (and
-        // reference), and is reported sent: the connection fails (the
-        // caller says why), recovery gives the command back, and the
-        // teardown ends the word after the drain.
-        let done = self.slot_event(idx, |w| slot::not_posted(w, key_posted));
-        // libiscsi's own reference is still held: this is not the last.
-        drop(done.task);
-        if let Some(f) = done.failure {
-            return Ok(Some(f));
-        }
-        if key_posted {
-            return Ok(Some(Failure::CommandPost));
-        }
-        Err(e)
-    }
-
-    /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
-    /// posted, with the headers `reserved` for it (which its slot's word
-    /// counts) through its registration `r`. Nothing can be taken back now:
-    /// a failure fails the connection (libiscsi recovers the command)
-    /// instead of returning an error that would requeue it. The command's
-    /// reference holds its data mapped until the last Data-Out's SEND
-    /// completed.
-    pub(super) fn send_dataouts(
-        &self,
-        task: &XmitTask<'_, Iser>,
-        r: Option<&Registration<'_>>,
-        mut reserved: Reserved<'_>,
-    ) -> Option<Failure> {
-        let idx = task.index();
-        let failed = loop {
-            let Some(d) = task.next_data_out() else {
-                break None;
-            };
-            if reserved.left() == 0 {
-                task.data_out_failed();
-                break Some(Failure::DataOutExcess);
-            }
-            let (Some(r), Some(h)) = (r, reserved.take(idx)) else {
-                task.data_out_failed();
-                break Some(Failure::NoDataOutHeader);
-            };
-            let buf = &self.dataout[usize::from_safe_cast(h)];
-            let sent = Self::headers(IserHeader::default(), &Bhs(d.bhs))
-                .and_then(|hdrs| buf.write(0, &hdrs))
-                .and_then(|()| {
-                    if fault::hit(Site::PostDataOut) {
-                        return Err(EIO);
-                    }
-                    let sges = [
-                        buf.sge(0, HEADERS_LEN, self.conn.pd())?,
-                        r.sge(d.offset, d.len)?,
-                    ];
-                    self.conn.post_send(SendOp::Send {
-                        tag: self.tag(SendTag::DataOut(h)),
-                        sges: &sges,
-                        keep: Some(buf),
-                    })
-                });
-            if sent.is_err() {
-                reserved.untake(h);
-                task.data_out_failed();
-                break Some(Failure::DataOutPost);
-            }
-            trace::pdu_sent(self.trace_id, &d.bhs, 0);
-            task.data_out_sent(&d);
-        };
-        let left = reserved.left();
-        if left == 0 {
-            return failed;
-        }
-        // What was reserved and not used: the word's count first (the
-        // command's LOCAL_INV may be due now), then the headers, with the
-        // reservation.
-        let done = self.slot_event(idx, |w| slot::data_outs_unsent(w, left));
-        drop(reserved);
-        // libiscsi's own reference is held while the task is sent.
-        drop(done.task);
-        failed.or(done.failure)
+    /// What each send tag carries.
+    pub(super) fn tags(&self) -> TagMap {
+        self.tags
     }
 }
 
-impl IserConn {
-    /// A SEND (or a LOCAL_INV) completed, with `done` holding its tag:
-    /// the event of the command it belongs to, the Data-Out header or
-    /// control buffer it held given back. Called from the QP's completion
-    /// handler (softirq).
-    #[inline]
-    pub(super) fn send_completed(&self, done: SendDone<'_>, wc: Wc) {
-        let tag = done.tag();
-        if !wc.ok() {
-            self.wc_failed(false, tag, wc);
-        }
-        if tag == UNSIGNALED_TAG {
-            return;
-        }
-        let Some(res) = self.res() else {
-            // Being torn down: what the tags held goes with the resources,
-            // after the QP and MRs are destroyed.
-            return;
-        };
-        fault::delay_send_done();
-        // A failed completion is no event of the command: the connection
-        // fails, and the teardown ends the command after the drain.
-        let ev = match res.tags.kind(tag) {
-            Some(SendTag::Inv(idx)) => wc.ok().then(|| res.slot_event(idx, slot::inv_done)),
-            Some(SendTag::DataOut(i)) => {
-                // The header is free once the tag is: the device read it.
-                done.release();
-                let owner = res.dataouts.done(i);
-                let ev = owner
-                    .filter(|_| wc.ok())
-                    .map(|idx| res.slot_event(idx, slot::data_out_done));
-                return self.after_events(&res, ev);
-            }
-            // A command SEND: nothing else is posted on a slot's tag while
-            // its command waits for that (a command's non-inline SEND needs
-            // an idle tag, and its task holds the slot).
-            Some(SendTag::Slot(idx))
-                if res
-                    .slots
-                    .get(usize::from_safe_cast(idx))
-                    .is_some_and(|s| s.word().send_due()) =>
-            {
-                wc.ok().then(|| res.slot_event(idx, slot::send_done))
-            }
-            // A control PDU's, or an inline command's signaled SEND.
-            _ => {
-                let r = res.track.lock().send_completed(tag, Some(done.post()));
-                done.release();
-                drop(r);
-                return self.after_events(&res, None);
-            }
-        };
-        // The tag is free for the slot's next SEND before the command may
-        // complete (and its slot be reused).
-        done.release();
-        self.after_events(&res, ev);
+/// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it
+/// shares `xmit_task` with the SCSI commands, which it would otherwise
+/// weigh down.
+#[inline(never)]
+pub(super) fn control(res: &Res, task: &XmitTask<'_, Iser>) -> Result {
+    let bhs = Bhs(task.bhs());
+    let r = control_pdu(res, task, &bhs);
+    if let Err(e) = r {
+        // iscsid reports only that the PDU could not be sent.
+        pr_warn!(
+            "cannot send control PDU (opcode {:#04x}): {:?}\n",
+            login::opcode(&bhs),
+            e
+        );
     }
+    r
+}
 
-    /// What the events of a completion leave to do: the connection's
-    /// failure, the reference of a command they ended, a held TMF
-    /// Response they released.
-    fn after_events(&self, res: &Res, ev: Option<Done>) {
-        // (The send tag, if any, was released by the caller.)
-        if let Some(d) = ev {
-            if let Some(why) = d.failure {
-                self.fail(why);
-            }
-            // Outside every lock: the last reference frees the task.
-            drop(d.task);
-        }
-        if let Some(bhs) = res.events_done() {
-            self.deliver_held(bhs);
+/// Picks the send tag and buffer of a control PDU: the task slot's own
+/// header buffer when the PDU has no data and the slot's tag is free,
+/// else a free control buffer. A tag is free when its last SEND has
+/// completed and no task waits on it (`puts`), so nothing is written
+/// into a buffer the device may still read.
+fn control_buffer<'a>(
+    res: &'a Res,
+    t: &Track,
+    idx: u32,
+    data_len: usize,
+) -> Result<(u32, &'a Arc<DmaBuf>)> {
+    if data_len > LOGIN_DATA {
+        return Err(EINVAL);
+    }
+    let free = |tag: u32| {
+        res.conn.send_tag_idle(tag)
+            && t.puts
+                .get(usize::from_safe_cast(tag))
+                .is_some_and(Option::is_none)
+    };
+    let own = res.tx.tags.tag(SendTag::Slot(idx));
+    if data_len == 0 && free(own) {
+        return Ok((
+            own,
+            res.tx.hdrs.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?,
+        ));
+    }
+    (0..CTRL_TX)
+        .zip(res.tx.ctrl_tx.iter())
+        .find(|(tag, _)| free(*tag))
+        .ok_or(EBUSY)
+}
+
+fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
+    let data = task.mgmt_data();
+    let hdrs = headers(IserHeader::default(), bhs)?;
+    // A PDU that expects no response is released by the layer once
+    // sent; this reference keeps its slot (and header buffer) until the
+    // device has read it.
+    let keep = if task.reserved_itt() {
+        Some(task.get_ref().ok_or(EINVAL)?)
+    } else {
+        None
+    };
+    // Held until posted: a send completion releases a tag's task
+    // under this lock.
+    let mut t = res.cmds.track().lock();
+    let (tag, buf) = control_buffer(res, &t, task.index(), data.len())?;
+    buf.write(0, &hdrs)?;
+    buf.write(HEADERS_LEN, data)?;
+    if login::opcode(bhs) == login::OP_LOGIN_REQ {
+        // The large login receive is posted for every login round (a
+        // CHAP login takes several); it is still posted if the previous
+        // round had no answer.
+        match res.conn.post_recv(0) {
+            Ok(()) | Err(EBUSY) => {}
+            Err(e) => return Err(e),
         }
     }
+    let sge = buf.sge(0, HEADERS_LEN + data.len(), res.conn.pd())?;
+    res.conn.post_send(SendOp::Send {
+        tag,
+        sges: &[sge],
+        keep: Some(buf),
+    })?;
+    trace::pdu_sent(res.trace_id, bhs.bytes(), 0);
+    if let Some(r) = keep {
+        // The post just made: the completion cannot take the tag's
+        // bookkeeping before this lock is dropped.
+        let post = res.conn.send_tag_posts(tag).unwrap_or(0);
+        let slot = t.puts.get_mut(usize::from_safe_cast(tag)).ok_or(EINVAL)?;
+        *slot = Some(SendRef { task: r, post });
+    }
+    // What the responses to these end is decided when they arrive.
+    if let Some(req) = tmf::tmf_request(bhs) {
+        t.tmf = Some(req);
+    } else if tmf::is_logout_request(bhs) {
+        t.logout_itt = Some(bhs.itt());
+    }
+    Ok(())
+}
+
+/// Sends a SCSI command: registration, command PDU (with immediate
+/// data), unsolicited Data-Outs. Says whether the data went
+/// unregistered, and why the connection must fail if a Data-Out could
+/// not follow its posted command.
+///
+/// Before anything is posted, the slot's completion word says what the
+/// command will owe (its response, its SEND's and Data-Outs'
+/// completions, the key it gives the target), so that libiscsi
+/// completes it only when the target can no longer reach its memory.
+///
+/// `dir` and `len` are the task's direction and data length, which the
+/// caller read.
+pub(super) fn command(
+    res: &Res,
+    task: &mut XmitTask<'_, Iser>,
+    dir: Direction,
+    len: u32,
+) -> Result<(bool, Option<Failure>)> {
+    let idx = task.index();
+    let plan = plan_command(res, task, dir, len)?;
+    let unregistered = plan.key == Key::GlobalRkey;
+    // The task slot's MR, header buffer and send tag, for this command
+    // alone. Busy while the slot's last SEND is being read by the
+    // device (libiscsi requeues).
+    let claim = res.conn.claim_cmd(idx).map_err(|e| match e {
+        EBUSY => EAGAIN,
+        e => e,
+    })?;
+    let sg = task.mapping();
+    let reg = match (plan.key, sg) {
+        (Key::None, _) => None,
+        (Key::LocalDma, Some(sg)) => Some(sg.local_only(res.conn.pd()).ok_or(EINVAL)?),
+        // always_register=0 and one segment: no MR at all.
+        (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(res.conn.pd()).ok_or(EINVAL)?),
+        (Key::Mr, Some(sg)) => Some(claim.map(sg)?),
+        _ => return Err(EINVAL),
+    };
+    if reg.as_ref().is_some_and(|r| r.len() < len) {
+        return Err(EINVAL);
+    }
+    let iser = advertise(plan.advert, reg.as_ref());
+    let mut iser_hdr = [0u8; ISER_HDR_LEN];
+    iser.encode(&mut iser_hdr).map_err(|_| EINVAL)?;
+    // The iSER header goes in front of the BHS in the task slot, and
+    // the two are sent from there (inline) or copied once into the
+    // slot's header buffer. Before the slot's word is published: from
+    // there on, nothing may fail without `not_posted`.
+    let hdrs = task.prefixed_bhs(&iser_hdr)?;
+    let data = match &reg {
+        Some(r) if plan.with_imm => Some(r.sge(0, task.imm_count())?),
+        _ => None,
+    };
+    let send = how_sent(res, &plan, hdrs, data.as_ref());
+    // Reserve the Data-Out headers first: once the command is posted,
+    // its Data-Outs must go out. Given back when `reserved` goes, as
+    // far as they were not taken.
+    let reserved = res.tx.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
+    // The slot's word, before anything is posted: once it is, a response
+    // on another CPU may complete the command. The last step that may
+    // fail before the post.
+    let post = slot_post(&plan, task.hdr_itt());
+    res.cmds.hold_command(task, task.hdr_lun(), &post)?;
+    let cmd = CmdPost {
+        reg: reg
+            .as_ref()
+            .filter(|_| plan.key == Key::Mr)
+            .map(|r| (r, access(plan.exposure))),
+        send,
+    };
+    if let Err(r) = claim.post(&cmd) {
+        return not_posted(res, idx, r.err, plan.remote_mr() && r.reg_posted)
+            .map(|broken| (unregistered, broken));
+    }
+    let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
+    if let Some(bhs) = hdrs.last_chunk() {
+        trace::pdu_sent(res.trace_id, bhs, stag);
+    }
+    let broken = if plan.dataouts > 0 {
+        send_dataouts(res, task, reg.as_ref(), reserved)
+    } else {
+        None
+    };
+    Ok((unregistered, broken))
+}
+
+/// Maps the command's data (how many segments it takes decides whether
+/// it needs a registration), and plans how it is sent.
+#[inline]
+fn plan_command(
+    res: &Res,
+    task: &mut XmitTask<'_, Iser>,
+    dir: Direction,
+    len: u32,
+) -> Result<plan::Plan> {
+    let dir = match dir {
+        Direction::None => DataDir::None,
+        Direction::Read => DataDir::Read,
+        Direction::Write => DataDir::Write,
+        Direction::Bidi => DataDir::Bidi,
+    };
+    if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
+        task.map_data(&res.dev.dev)?;
+    }
+    plan::plan(&Command {
+        dir,
+        len,
+        imm: task.imm_count(),
+        unsol: task.unsol_len(),
+        max_xmit: task.max_xmit_dlength(),
+        segments: task.mapping().map_or(0, |sg| sg.count()),
+        global_rkey: res.conn.pd().global_rkey().is_some(),
+        max_inline: res.conn.max_inline(),
+        // CAST: the headers are 76 bytes.
+        headers: HEADERS_LEN as u32,
+    })
+    .map_err(unplanned)
+}
+
+/// The iSER header that gives the target the STag and address of the
+/// registration `reg` the plan advertises.
+#[inline]
+fn advertise(advert: Advert, reg: Option<&Registration<'_>>) -> IserHeader {
+    let mut iser = IserHeader::default();
+    if let Some(r) = reg {
+        let at = |offset: u32| StagVa {
+            stag: r.rkey(),
+            va: r.iova() + u64::from(offset),
+        };
+        match advert {
+            Advert::None => {}
+            Advert::Read => iser.read = Some(at(0)),
+            Advert::Write { offset } => iser.write = Some(at(offset)),
+        }
+    }
+    iser
+}
+
+/// How the command PDU `hdrs` goes. A PDU without immediate data goes
+/// inline when the QP takes it: the provider copies it while posting,
+/// so the SEND needs no completion to protect a buffer (only a buffer
+/// the device still reads must wait for one), and only one in
+/// `signal_interval` is signaled, for the send queue's sake. Immediate
+/// data (`data`) is sent from the SCSI buffer.
+#[inline]
+fn how_sent<'a>(
+    res: &Res,
+    plan: &plan::Plan,
+    hdrs: &'a [u8],
+    data: Option<&'a Sge<'a>>,
+) -> CmdSend<'a> {
+    if plan.inline {
+        let n = res.tx.inline_sends.fetch_add(1, Relaxed);
+        CmdSend::Inline {
+            bytes: hdrs,
+            signaled: n % res.tx.signal_interval == 0,
+        }
+    } else {
+        CmdSend::Buffered { hdr: hdrs, data }
+    }
+}
+
+/// What the command with ITT `itt` will owe, for its slot's word: its
+/// SEND's completion unless inline, its Data-Outs' completions, and the
+/// key it gives the target, if any (one its SENDs read through too
+/// when its immediate data or Data-Outs go through its MR). No task
+/// reference: until its response reaches libiscsi, libiscsi's own
+/// holds the command, and the response takes one if anything is still
+/// pending then.
+#[inline]
+fn slot_post(plan: &plan::Plan, itt: u32) -> slot::Post {
+    let sends_use_mr = plan.key == Key::Mr && (plan.with_imm || plan.dataouts > 0);
+    let key = match (plan.remote_mr(), sends_use_mr) {
+        (false, _) => slot::Key::None,
+        (true, false) => slot::Key::Given,
+        (true, true) => slot::Key::GivenSendsUseMr,
+    };
+    slot::Post {
+        itt,
+        send: !plan.inline,
+        data_outs: plan.dataouts,
+        key,
+        hold: false,
+    }
+}
+
+/// What a registration lets the target do: a write whose data all goes
+/// by SEND (immediate data, Data-Outs) gives it no STag, and its MR no
+/// remote access. Otherwise the target holds an rkey it can use until
+/// it is invalidated.
+#[inline]
+fn access(e: Exposure) -> Access {
+    match e {
+        Exposure::Local => Access::Local,
+        Exposure::RemoteRead => Access::RemoteRead,
+        Exposure::RemoteWrite => Access::RemoteWrite,
+    }
+}
+
+#[cold]
+fn unplanned(e: PlanError) -> Error {
+    if e == PlanError::Bidi {
+        pr_err!("bidirectional commands are not supported over iSER\n");
+    }
+    EINVAL
+}
+
+/// Undoes what `send_command` set up for a command the provider
+/// refused (`e`): the slot's word (the Data-Out headers reserved go
+/// back with the reservation).
+/// Says why the connection must fail when the registration of a key
+/// for the target (`key_posted`) went out without its command.
+#[cold]
+fn not_posted(res: &Res, idx: u32, e: Error, key_posted: bool) -> Result<Option<Failure>> {
+    // The target never got the key, but keys are guessable, and it
+    // stays valid until invalidated: the command keeps its word (and
+    // reference), and is reported sent: the connection fails (the
+    // caller says why), recovery gives the command back, and the
+    // teardown ends the word after the drain.
+    let done = res
+        .cmds
+        .slot_event(&res.conn, idx, |w| slot::not_posted(w, key_posted));
+    // libiscsi's own reference is still held: this is not the last.
+    drop(done.task);
+    if let Some(f) = done.failure {
+        return Ok(Some(f));
+    }
+    if key_posted {
+        return Ok(Some(Failure::CommandPost));
+    }
+    Err(e)
+}
+
+/// Sends the unsolicited Data-Out PDUs of a WRITE whose command is
+/// posted, with the headers `reserved` for it (which its slot's word
+/// counts) through its registration `r`. Nothing can be taken back now:
+/// a failure fails the connection (libiscsi recovers the command)
+/// instead of returning an error that would requeue it. The command's
+/// reference holds its data mapped until the last Data-Out's SEND
+/// completed.
+fn send_dataouts(
+    res: &Res,
+    task: &XmitTask<'_, Iser>,
+    r: Option<&Registration<'_>>,
+    mut reserved: Reserved<'_>,
+) -> Option<Failure> {
+    let idx = task.index();
+    let failed = loop {
+        let Some(d) = task.next_data_out() else {
+            break None;
+        };
+        if reserved.left() == 0 {
+            task.data_out_failed();
+            break Some(Failure::DataOutExcess);
+        }
+        let (Some(r), Some(h)) = (r, reserved.take(idx)) else {
+            task.data_out_failed();
+            break Some(Failure::NoDataOutHeader);
+        };
+        let buf = &res.tx.dataout[usize::from_safe_cast(h)];
+        let sent = headers(IserHeader::default(), &Bhs(d.bhs))
+            .and_then(|hdrs| buf.write(0, &hdrs))
+            .and_then(|()| {
+                if fault::hit(Site::PostDataOut) {
+                    return Err(EIO);
+                }
+                let sges = [
+                    buf.sge(0, HEADERS_LEN, res.conn.pd())?,
+                    r.sge(d.offset, d.len)?,
+                ];
+                res.conn.post_send(SendOp::Send {
+                    tag: res.tx.tags.tag(SendTag::DataOut(h)),
+                    sges: &sges,
+                    keep: Some(buf),
+                })
+            });
+        if sent.is_err() {
+            reserved.untake(h);
+            task.data_out_failed();
+            break Some(Failure::DataOutPost);
+        }
+        trace::pdu_sent(res.trace_id, &d.bhs, 0);
+        task.data_out_sent(&d);
+    };
+    let left = reserved.left();
+    if left == 0 {
+        return failed;
+    }
+    // What was reserved and not used: the word's count first (the
+    // command's LOCAL_INV may be due now), then the headers, with the
+    // reservation.
+    let done = res
+        .cmds
+        .slot_event(&res.conn, idx, |w| slot::data_outs_unsent(w, left));
+    drop(reserved);
+    // libiscsi's own reference is held while the task is sent.
+    drop(done.task);
+    failed.or(done.failure)
+}
+
+/// A SEND (or a LOCAL_INV) completed, with `done` holding its tag:
+/// the event of the command it belongs to, the Data-Out header or
+/// control buffer it held given back. Called from the QP's completion
+/// handler (softirq).
+#[inline]
+pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
+    let tag = done.tag();
+    if !wc.ok() {
+        recv::wc_failed(ep, false, tag, wc);
+    }
+    if tag == UNSIGNALED_TAG {
+        return;
+    }
+    let Some(res) = ep.res() else {
+        // Being torn down: what the tags held goes with the resources,
+        // after the QP and MRs are destroyed.
+        return;
+    };
+    fault::delay_send_done();
+    // A failed completion is no event of the command: the connection
+    // fails, and the teardown ends the command after the drain.
+    let ev = match res.tx.tags.kind(tag) {
+        Some(SendTag::Inv(idx)) => wc
+            .ok()
+            .then(|| res.cmds.slot_event(&res.conn, idx, slot::inv_done)),
+        Some(SendTag::DataOut(i)) => {
+            // The header is free once the tag is: the device read it.
+            done.release();
+            let owner = res.tx.dataouts.done(i);
+            let ev = owner
+                .filter(|_| wc.ok())
+                .map(|idx| res.cmds.slot_event(&res.conn, idx, slot::data_out_done));
+            return after_events(ep, &res, ev);
+        }
+        // A command SEND: nothing else is posted on a slot's tag while
+        // its command waits for that (a command's non-inline SEND needs
+        // an idle tag, and its task holds the slot).
+        Some(SendTag::Slot(idx)) if res.cmds.send_due(idx) => wc
+            .ok()
+            .then(|| res.cmds.slot_event(&res.conn, idx, slot::send_done)),
+        // A control PDU's, or an inline command's signaled SEND.
+        _ => {
+            let r = res
+                .cmds
+                .track()
+                .lock()
+                .send_completed(tag, Some(done.post()));
+            done.release();
+            drop(r);
+            return after_events(ep, &res, None);
+        }
+    };
+    // The tag is free for the slot's next SEND before the command may
+    // complete (and its slot be reused).
+    done.release();
+    after_events(ep, &res, ev);
+}
+
+/// What the events of a completion leave to do: the connection's
+/// failure, the reference of a command they ended, a held TMF
+/// Response they released.
+fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
+    // (The send tag, if any, was released by the caller.)
+    if let Some(d) = ev {
+        if let Some(why) = d.failure {
+            ep.fail(why);
+        }
+        // Outside every lock: the last reference frees the task.
+        drop(d.task);
+    }
+    if let Some(bhs) = res.cmds.events_done() {
+        recv::deliver_held(ep, bhs);
+    }
+}
+
+/// The iSER header `iser` and the BHS `bhs`, as one PDU's headers.
+fn headers(iser: IserHeader, bhs: &Bhs) -> Result<[u8; HEADERS_LEN]> {
+    let mut h = [0u8; HEADERS_LEN];
+    iser.encode(&mut h[..ISER_HDR_LEN]).map_err(|_| EINVAL)?;
+    h[ISER_HDR_LEN..].copy_from_slice(bhs.bytes());
+    Ok(h)
 }
