@@ -10,6 +10,10 @@
 #    target does;
 #  - the RDMA device is deleted and re-added under fio: riser frees the
 #    connection in the CM's device-removal event, the session recovers;
+#  - the source address of a second session (an address of its own on the
+#    same netdev) is deleted under fio: riser fails that connection on the
+#    GID change at once and no other, the session recovers when the
+#    address is back;
 #  - the RDMA device is deleted with iscsid killed: the deletion does not
 #    wait for anyone, iscsid restarted logs out, riser unloads;
 #  - bus and host resets (sg_reset -b, -H) under fio load, data verified;
@@ -23,10 +27,15 @@ IP=192.168.77.1
 IQN=iqn.2026-11.org.riser:faults
 TPG=$LIO/iscsi/$IQN/tpgt_1
 NP=$TPG/np/$IP:3260
+# The GID-change session: a second address on dummy0 (in a subnet of its
+# own: a secondary address in $IP's subnet would take $IP as its routes'
+# source), a target of its own.
+IP2=192.168.76.1
+IQN2=iqn.2026-11.org.riser:faults-gid
 
 dmesg_live
 
-plan 37
+plan 48
 
 sess() { echo "/sys/class/iscsi_session/$(iscsi_session "$IQN")"; }
 session_up() { iscsi_logged_in "$IQN"; }
@@ -98,10 +107,51 @@ verified_through_outage() {
 	CONN_FAILURES_EXPECTED=1 fio_verify "$DEV" randwrite 16k 8 8M >"$RISER_OUT/fio-outage.log" 2>&1 &
 	pid=$!
 	sleep 3
+	kill -0 "$pid" 2>/dev/null || { echo "fio had ended before the fault"; rc=1; }
 	outage "$@" || rc=1
 	wait "$pid" || rc=1
 	cat "$RISER_OUT/fio-outage.log"
 	return $rc
+}
+
+# The GID change. A connection to a local address has that address as its
+# source, so the session to $IP2 runs from $IP2's GID; RoCE GIDs follow the
+# netdev's addresses, so deleting $IP2 deletes the GID, ib_core reports a
+# GID change, and riser fails the connection whose source GID left the
+# port's table, at once (not on the RC retries or NOP timeouts the lost
+# address would cause later). The session to $IP, whose GID stays, is not
+# failed by the event.
+addr2_on() { ip addr add "$IP2/24" dev dummy0; }
+addr2_off() {
+	kmsg_mark
+	GID_MARK=$MARK
+	ip addr del "$IP2/24" dev dummy0
+}
+gid_event_handled() {
+	local lines
+	lines=$(kernel_after_mark "$GID_MARK" | grep -E "riser: device rxe0: GidChange\(1\): ") ||
+		{ echo "no GID change reported"; return 1; }
+	echo "$lines"
+	grep -Eq ": [1-9][0-9]* connection\(s\) failed" <<<"$lines"
+}
+gid_conn_failed() {
+	kernel_after_mark "$GID_MARK" |
+		grep -F "riser: connection to $IP2:3260 failed: its source address left the RDMA port"
+}
+only_gid_conn_failed() {
+	! kernel_after_mark "$GID_MARK" | grep -F "riser: connection to $IP:3260 failed"
+}
+session2_up() { iscsi_logged_in "$IQN2"; }
+# riser's connection to $IP2 has $IP2 as its source (rdma_cm's ids).
+runs_from_ip2() {
+	local ids
+	ids=$(rdma res show cm_id) && echo "$ids" || return 1
+	grep -q "comm \[riser\] src-addr $IP2:[0-9]* dst-addr $IP2:3260" <<<"$ids"
+}
+# fio on the second session's disk through the address's loss.
+gid_outage() {
+	local DEV=$DEV2
+	verified_through_outage 3 addr2_off addr2_on
 }
 
 # eio_through_long_outage: with a 5 s replacement timeout, a 20 s outage
@@ -202,6 +252,22 @@ check "carrier under rxe0 lost 5 s under fio: fio verified, no I/O error" \
 check "  riser failed the connection on the port event" port_event_handled
 check "  libiscsi reported the connection error (time printed)" link_down_to_error
 check "  the session is logged in again" _wait_for 120 session_up
+
+check "second address $IP2 on dummy0" addr2_on
+check "LIO rd_mcp target with an iSER portal at $IP2" lio_rd_target "$IQN2" "$IP2" 16
+check "login to $IP2" iscsi_login "$IQN2" "$IP2"
+DEV2=$(iscsi_dev "$IQN2") || DEV2=/dev/null
+check "disk $DEV2 appears" test -b "$DEV2"
+check "  its connection's source address is $IP2" runs_from_ip2
+echo 60 >"/sys/class/iscsi_session/$(iscsi_session "$IQN2")/recovery_tmo"
+dmesg_mark
+check "the session's source address deleted 3 s under fio: fio verified, no I/O error" \
+	gid_outage
+check "  riser failed a connection on the GID change" gid_event_handled
+check "  the failed one was the session's: its source address left" gid_conn_failed
+check "  the session to $IP was not failed" only_gid_conn_failed
+check "  the session to $IP2 is logged in again" _wait_for 120 session2_up
+check "  logout of the session to $IP2" iscsi_logout "$IQN2" "$IP2"
 
 check "bus reset (sg_reset -b) under fio load: refused (no handler, as ib_iser), data verified" \
 	reset_under_load -b
