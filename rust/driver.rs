@@ -578,7 +578,7 @@ mod tests {
             cmds: 4,
             dataouts: 3,
         };
-        assert_eq!(m.count(), Some(CTRL_TX + 4 + 3 + 4));
+        assert_eq!(m.count(), Some(CTRL_TX + 4 + 3 + 4 + 1));
         let all = m.count().unwrap_or(0);
         for tag in 0..all {
             let k = m.kind(tag);
@@ -591,6 +591,7 @@ mod tests {
         assert_eq!(m.kind(CTRL_TX + 4), Some(SendTag::DataOut(0)));
         assert_eq!(m.kind(CTRL_TX + 7), Some(SendTag::Inv(0)));
         assert_eq!(m.kind(CTRL_TX + 10), Some(SendTag::Inv(3)));
+        assert_eq!(m.kind(CTRL_TX + 11), Some(SendTag::Marker));
         let huge = TagMap {
             cmds: u32::MAX / 2,
             dataouts: 2,

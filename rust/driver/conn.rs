@@ -48,7 +48,8 @@ use crate::{
         },
         conn::{
             ConnCaps,
-            Connection, //
+            Connection,
+            SendOp, //
         },
         AsyncEvent,
         Client,
@@ -80,7 +81,9 @@ use kernel::{
         SetOnce, //
     },
     time::{
+        delay::fsleep,
         msecs_to_jiffies,
+        Delta,
         Instant,
         Monotonic, //
     },
@@ -173,6 +176,10 @@ pub(crate) struct IserConn {
     pub(super) logged_out: Atomic<bool>,
     /// The failure was logged (once), by whichever path failed first.
     pub(super) failed: Atomic<bool>,
+    /// The marker posted after the target hung up has completed: what it
+    /// sent before is with libiscsi ([`IserConn::flush_received`]). Set by
+    /// the send completion (softirq).
+    pub(super) flushed: Atomic<bool>,
     /// The release of the resources was handed to the release queue (once).
     release_queued: Atomic<bool>,
     /// Completed once the resources' QP is drained and destroyed and the
@@ -213,6 +220,7 @@ impl IserConn {
                 recv_size: Atomic::new(0),
                 logged_out: Atomic::new(false),
                 failed: Atomic::new(false),
+                flushed: Atomic::new(false),
                 release_queued: Atomic::new(false),
                 quiesced,
                 born: Instant::now(),
@@ -494,8 +502,8 @@ impl IserConn {
             max_send_wr: sizing.max_send_wr,
             max_recv_wr: sizing.max_recv_wr,
             recv_tags: sizing.max_recv_wr,
-            // Control buffers, task slots, Data-Out headers, and one
-            // signaled LOCAL_INV per MR.
+            // Control buffers, task slots, Data-Out headers, one
+            // signaled LOCAL_INV per MR, and the marker.
             send_tags: tag_map.count().ok_or(EINVAL)?,
             mrs: sizing.max_cmds,
             pages_per_mr: sizing.pages_per_mr,
@@ -542,6 +550,37 @@ impl IserConn {
         // Populated once: this handler runs once per id for ROUTE_RESOLVED.
         let _ = self.res.populate(res);
         connected
+    }
+
+    /// Before a connection the target hung up is failed: hands libiscsi
+    /// what the target sent before it did (a Login Reject, then the
+    /// disconnect: the login must fail on the reject, not on a lost
+    /// connection). The QP goes to the error state and a marker is posted
+    /// behind everything; the receives completed before it are handled
+    /// before its completion (one CQ, polled in order), which is waited
+    /// for, at most a second (as ib_iser drains its QP before it fails the
+    /// connection). From the CM handler (process context).
+    fn flush_received(&self, id: &CmIdRef) {
+        if id.disconnect().is_err() {
+            return;
+        }
+        let posted = self.res().is_some_and(|res| {
+            let tag = res.tx.tags().tag(SendTag::Marker);
+            res.conn.post_send(SendOp::Marker { tag }).is_ok()
+        });
+        if !posted {
+            return;
+        }
+        for _ in 0..100 {
+            if self.flushed.load(Acquire) {
+                return;
+            }
+            fsleep(Delta::from_millis(10));
+        }
+        pr_warn!(
+            "connection to {}: the flush after the target's disconnect did not complete in 1 s\n",
+            Addr(self.dst)
+        );
     }
 
     /// Counts an async message against [`ASYNC_PER_SEC`]; false past it.
@@ -664,6 +703,7 @@ impl CmHandler for IserConn {
                 drop(st);
                 // After a logout the target closing is the expected end.
                 if was_up && !self.logged_out.load(Acquire) {
+                    self.flush_received(id);
                     self.fail(match event {
                         CmEvent::AddrChange => Failure::AddrChanged,
                         _ => Failure::Disconnected,

@@ -78,7 +78,8 @@ use core::num::NonZeroU32;
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{
     Atomic,
-    Relaxed, //
+    Relaxed,
+    Release, //
 };
 use kernel::{
     alloc::KVec,
@@ -582,6 +583,15 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
         Some(SendTag::Slot(idx)) if res.cmds.send_due(idx) => wc
             .ok()
             .then(|| res.cmds.slot_event(&res.conn, idx, slot::send_done)),
+        // The marker posted once the target hung up: every completion
+        // before it, the receives of what the target sent last among them,
+        // has been handled. The CM handler waits for this to fail the
+        // connection.
+        Some(SendTag::Marker) => {
+            done.release();
+            ep.flushed.store(true, Release);
+            return after_events(ep, &res, None);
+        }
         // A control PDU's, or an inline command's signaled SEND.
         _ => {
             let r = res

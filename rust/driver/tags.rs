@@ -35,11 +35,14 @@ pub(super) enum SendTag {
     DataOut(u32),
     /// The signaled LOCAL_INV of a task slot's MR.
     Inv(u32),
+    /// The marker posted behind everything once the target hung up: its
+    /// completion comes after every receive that came before.
+    Marker,
 }
 
 /// How a connection numbers its send tags: the control buffers, then one
 /// per task slot, then one per Data-Out header, then one per MR (one MR
-/// per task slot).
+/// per task slot), then the marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct TagMap {
     pub(super) cmds: u32,
@@ -52,7 +55,8 @@ impl TagMap {
         CTRL_TX
             .checked_add(self.cmds)?
             .checked_add(self.dataouts)?
-            .checked_add(self.cmds)
+            .checked_add(self.cmds)?
+            .checked_add(1)
     }
 
     /// The number of tag `t` (which the caller made for this map).
@@ -62,6 +66,7 @@ impl TagMap {
             SendTag::Slot(i) => CTRL_TX + i,
             SendTag::DataOut(i) => CTRL_TX + self.cmds + i,
             SendTag::Inv(i) => CTRL_TX + self.cmds + self.dataouts + i,
+            SendTag::Marker => CTRL_TX + self.cmds + self.dataouts + self.cmds,
         }
     }
 
@@ -78,7 +83,10 @@ impl TagMap {
             return Some(SendTag::DataOut(i));
         }
         let i = i - self.dataouts;
-        (i < self.cmds).then_some(SendTag::Inv(i))
+        if i < self.cmds {
+            return Some(SendTag::Inv(i));
+        }
+        (i == self.cmds).then_some(SendTag::Marker)
     }
 }
 

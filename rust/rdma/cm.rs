@@ -167,6 +167,16 @@ impl CmIdRef {
         to_result(unsafe { bindings::rdma_resolve_route(self.as_raw(), timeout) })
     }
 
+    /// Disconnects: the id's QP, if any, goes to the error state (its
+    /// work requests flush) and the peer is told. Process context (it may
+    /// sleep); from the id's own handler too. `EINVAL` when the id was not
+    /// connected.
+    pub(crate) fn disconnect(&self) -> Result {
+        // SAFETY: The id is live (type invariant); the CM serialises the
+        // disconnect against the id's other state changes.
+        to_result(unsafe { bindings::rdma_disconnect(self.as_raw()) })
+    }
+
     /// The RDMA device the id is bound to, once its address resolved.
     pub(crate) fn device(&self) -> Option<&Device> {
         // Events for an id are serialised, and `device` is only set by the

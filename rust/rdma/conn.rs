@@ -538,6 +538,18 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
                 Some(t)
             }
+            SendOp::Marker { tag } => {
+                let t = self
+                    .send_tags
+                    .get(usize::from_safe_cast(tag))
+                    .ok_or(EINVAL)?;
+                t.hold(None)?;
+                // No entries: `sg_list` stays null, `num_sge` 0.
+                wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+                // CAST: the flag fits an int.
+                wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+                Some(t)
+            }
         };
         let cqe = match tag {
             Some(t) => (&raw const t.cqe).cast_mut(),

@@ -350,6 +350,16 @@ pub(crate) enum SendOp<'a> {
         /// The buffer kept alive until the completion.
         keep: Option<&'a Arc<DmaBuf>>,
     },
+    /// A signaled SEND of nothing, completing on tag `tag`. On a QP in the
+    /// error state (after [`crate::rdma::cm::CmIdRef::disconnect`]) it
+    /// flushes, and its completion comes after that of every work request
+    /// posted, and every receive completed, before it (the marker of
+    /// `ib_drain_sq`, without the wait); on a connected QP it sends an
+    /// empty message.
+    Marker {
+        /// The signaled send tag.
+        tag: u32,
+    },
 }
 
 /// What a registration lets the peer do with the region.
