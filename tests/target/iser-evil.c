@@ -668,6 +668,7 @@ struct aftermath {
 	bool (*conn_request)(struct conn *c);	/* another asks in: drop this one? */
 	bool (*command)(struct conn *c, const struct cmd *k);	/* any SCSI command */
 	bool (*read)(struct conn *c, const struct cmd *k);	/* any READ, when valid */
+	void (*replaced)(const struct cmd *k);	/* a READ's answer a .reply replaced */
 	bool (*write)(struct conn *c, const struct cmd *k);	/* any WRITE, when valid */
 	bool (*dataout)(struct conn *c, const uint8_t *bhs, const uint8_t *data, uint32_t dlen);
 	bool (*ping)(struct conn *c, uint32_t itt);	/* a NOP-Out ping (real ITT) */
@@ -1493,6 +1494,11 @@ static struct retry_state {
 	uint64_t lba;	/* the last READ whose answer a mode replaced */
 } retry;
 
+static void retry_replaced(const struct cmd *k)
+{
+	retry.lba = k->lba;
+}
+
 /*
  * CHECK CONDITION, UNIT ATTENTION (POWER ON, RESET, OR BUS DEVICE RESET
  * OCCURRED: the SCSI layer retries the command) in a data segment of dlen
@@ -1553,6 +1559,7 @@ static bool retry_read(struct conn *c, const struct cmd *k)
 
 static const struct aftermath retry_after = {
 	.read = retry_read,
+	.replaced = retry_replaced,
 };
 
 /* ------------------------------------------------------------------ */
@@ -2549,7 +2556,7 @@ static bool read_trigger(struct conn *c, const struct cmd *k)
 	/* Its data, then the mode's answer in place of the READ's. */
 	if (push_data(c, k, k->off))
 		return true;
-	retry.lba = k->lba;
+	AFTER_ALL(replaced, k);
 	fire();
 	m->reply(m, c, k);
 	return true;
