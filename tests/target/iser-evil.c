@@ -79,6 +79,21 @@
  * its data and response go. A command the initiator completed meanwhile
  * (a stale task's completion landing on the retried command) reads
  * whatever its buffer held.
+ *
+ * Layout of this file. A well-behaved core: the CM and verbs (one
+ * connection at a time, its buffers, the send and RDMA helpers), the login,
+ * and the full-feature phase serving a memory disk. Then the
+ * misbehaviours: one table, modes_table[], names each mode with the phase
+ * it spoils (where it acts), its trigger (what fires it) and its hooks,
+ * which the core calls at that trigger: at the CM accept (TR_ACCEPT), a
+ * login (TR_LOGIN, TR_LOGIN_OP), the trigger READ (TR_READ: .read takes
+ * the READ over, or .reply replaces its answer after its data went), the
+ * trigger WRITE (TR_WRITE), the NOP-Out ping after the trigger READ
+ * (TR_READ_PING). What a mode leaves behind once fired (a held command, a
+ * timer, a watch for a retry) is its own state, a struct beside its hooks,
+ * which its aftermath hooks (struct aftermath, in the order of afters[])
+ * act on at the core's later points: every SCSI command, READ, WRITE,
+ * Data-Out, NOP-Out, TMF, Logout, timer, connection start and end.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -112,49 +127,12 @@
 enum wr_kind { WR_RX = 1, WR_TX, WR_RDMA_READ, WR_RDMA_WRITE, WR_LATE };
 #define WRID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 
-enum mode {
-	M_NONE, M_SHORT, M_DSL_LONG, M_OVERRUN, M_UNKNOWN_ITT, M_STALE_ITT,
-	M_INV_OTHER, M_INV_BAD, M_BAD_VERSION, M_BAD_FLAGS, M_AHS, M_BAD_OPCODE,
-	M_FLOOD_NOP, M_FLOOD_ASYNC, M_SILENT, M_SILENT_ALL, M_LOGIN_LONG,
-	M_LOGIN_DSL, M_LOGIN_BAD, M_DROP, M_PING, M_LATE_WRITE, M_LATE_READ,
-	M_LATE_ABORT, M_EARLY_STATUS, M_LOGOUT_PING, M_DATA_IN, M_R2T, M_REJECT,
-	M_WRONG_DATA, M_LOST_WRITE,
-	/* Each in a phase of its own (hostile.sh): see conn_modes_doc below. */
-	M_CM_RSVD, M_CM_SHORT, M_CM_LONG, M_BURST_MAX, M_BURST_MIN, M_INV_GLOBAL,
-	M_LOGOUT_UNPROMPTED, M_ASYNC_LOGOUT,
-	M_ASYNC_DROPCONN, M_ASYNC_DROPALL, M_ASYNC_NEGOTIATE, M_NOP_DATA, M_BIG_NOP,
-	M_BIG_SENSE, M_BIG_RSP, M_INV_NONRESP, M_INV_NOMR, M_STALE_HELD, M_FF_LOGIN,
-	M_TMF_SPOOF, M_TMF_DUP, M_ITT_JUNK, M_SILENT_REDO,
-};
+/* ================================================================== */
+/* The core: a well-behaved target                                     */
+/* ================================================================== */
 
-static const char *const mode_names[] = {
-	[M_NONE] = "none", [M_SHORT] = "short", [M_DSL_LONG] = "dsl-long",
-	[M_OVERRUN] = "overrun", [M_UNKNOWN_ITT] = "unknown-itt",
-	[M_STALE_ITT] = "stale-itt", [M_INV_OTHER] = "inv-other",
-	[M_INV_BAD] = "inv-bad", [M_BAD_VERSION] = "bad-version",
-	[M_BAD_FLAGS] = "bad-flags", [M_AHS] = "ahs", [M_BAD_OPCODE] = "bad-opcode",
-	[M_FLOOD_NOP] = "flood-nop", [M_FLOOD_ASYNC] = "flood-async",
-	[M_SILENT] = "silent", [M_SILENT_ALL] = "silent-all",
-	[M_LOGIN_LONG] = "login-long", [M_LOGIN_DSL] = "login-dsl",
-	[M_LOGIN_BAD] = "login-bad", [M_DROP] = "drop", [M_PING] = "ping",
-	[M_LATE_WRITE] = "late-write", [M_LATE_READ] = "late-read",
-	[M_LATE_ABORT] = "late-abort", [M_EARLY_STATUS] = "early-status",
-	[M_LOGOUT_PING] = "logout-ping", [M_DATA_IN] = "data-in", [M_R2T] = "r2t",
-	[M_REJECT] = "reject",
-	/* A broken target, to show by hand that hostile.sh's checks can fail. */
-	[M_WRONG_DATA] = "wrong-data", [M_LOST_WRITE] = "lost-write",
-	[M_CM_RSVD] = "cm-rsvd", [M_CM_SHORT] = "cm-short", [M_CM_LONG] = "cm-long",
-	[M_BURST_MAX] = "burst-max", [M_BURST_MIN] = "burst-min",
-	[M_INV_GLOBAL] = "inv-global",
-	[M_LOGOUT_UNPROMPTED] = "logout-unprompted", [M_ASYNC_LOGOUT] = "async-logout",
-	[M_ASYNC_DROPCONN] = "async-dropconn", [M_ASYNC_DROPALL] = "async-dropall",
-	[M_ASYNC_NEGOTIATE] = "async-negotiate", [M_NOP_DATA] = "nop-data",
-	[M_BIG_NOP] = "big-nop", [M_BIG_SENSE] = "big-sense", [M_BIG_RSP] = "big-rsp",
-	[M_INV_NONRESP] = "inv-nonresp", [M_INV_NOMR] = "inv-nomr",
-	[M_STALE_HELD] = "stale-held", [M_FF_LOGIN] = "ff-login",
-	[M_TMF_SPOOF] = "tmf-spoof", [M_TMF_DUP] = "tmf-dup", [M_ITT_JUNK] = "itt-junk",
-	[M_SILENT_REDO] = "silent-redo",
-};
+struct conn;
+struct pend;
 
 /*
  * A WRITE whose response waits for its data: unsolicited Data-Outs still to
@@ -171,36 +149,8 @@ struct pend {
 	uint32_t unsol_left;	/* unsolicited bytes not yet received */
 	uint32_t rdma_len;	/* bytes pulled with the RDMA READ */
 	bool rdma_busy;		/* that RDMA READ is in flight */
-	bool late;		/* late-read: plain SEND, then read it again */
-};
-
-/*
- * How long after a command's end its old STag is tried: long enough that an
- * initiator starved of CPU (a guest under TCG on a loaded host took over
- * 50 ms to handle a response) has handled the end, so that a STag still
- * valid then is its bug and not its slowness; short enough that the task
- * slot's MR is not registered 256 times meanwhile (rkeys wrap at 256).
- */
-#define LATE_MS 500
-
-/* An RDMA access with a command's old STag, made LATE_MS after its end. */
-struct late {
-	bool on;
-	bool posted;		/* posted, its completion not seen yet */
-	bool write;		/* RDMA WRITE (a READ's rkey) or RDMA READ */
-	uint32_t rkey;
-	uint64_t va;
-	uint32_t len;
-	uint64_t src;		/* late write: disk offset of the bytes sent */
-	struct timespec due;
-};
-
-/* early-status: a WRITE answered before its Data-Outs came. */
-#define NEARLY 8
-struct early {
-	bool used;
-	uint32_t itt;
-	uint64_t off;		/* the disk offset the WRITE named */
+	/* a mode's answer once the data is in (late-read), NULL: GOOD */
+	void (*done)(struct conn *c, struct pend *pe);
 };
 
 struct conn {
@@ -214,58 +164,42 @@ struct conn {
 	int tx_inflight;
 	struct pend pend[NPEND];
 	uint32_t statsn, exp_cmdsn;
-	/* silent: SCSI commands go unanswered (until a TMF, unless silent_all:
-	 * then TMFs too; NOP-Outs are always answered) */
-	bool ffp, closing, silent, silent_all;
+	bool closing;
 	bool dead;		/* the CM said the connection is gone: free it */
-	int reads;
-	uint32_t last_itt;	/* last answered command (for stale-itt) */
-	bool have_last;
-	bool inv_ok;		/* the initiator takes SEND_WITH_INV */
 	bool disconnecting;
-	bool has_held;		/* a READ held back by inv-other */
-	bool nomr_held;		/* the READ held back by inv-nomr */
-	uint32_t held_itt;
-	uint32_t held_rstag;
-	uint64_t held_rva;
-	uint32_t held_len, held_lba;
-	/* ping: NOP-In pings sent one at a time, each when the last is
-	 * answered; pings_sent 0 when none is going on */
-	int pings_sent;
-	struct late late;
-	/* late-abort, tmf-spoof, tmf-dup (abort_mode): the READ left
-	 * unanswered, until its ABORT TASK */
-	bool abort_wait;
-	enum mode abort_mode;
-	uint32_t abort_itt, abort_rstag, abort_len;
-	uint64_t abort_rva, abort_off;
-	/* tmf-spoof: the last NOP-Out ping left unanswered meanwhile */
-	bool ping_held;
-	uint32_t ping_itt;
-	/* logout-ping: disconnect at disc_due */
-	bool disc_on;
-	struct timespec disc_due;
-	struct early early[NEARLY];
+	int reads;
+	bool inv_ok;		/* the initiator takes SEND_WITH_INV */
 	uint32_t first_burst;	/* -u: the FirstBurstLength answered (0: none yet) */
-	uint32_t prime_rstag;	/* inv-global: the priming READ's STag */
-	bool burst_seen;	/* a burst mode fired on this connection */
-	/* silent-redo: the retried trigger READ, served at redo_due */
-	bool redo_on;
-	struct timespec redo_due;
-	double redo_t0;
-	uint32_t redo_itt, redo_rstag, redo_len;
-	uint64_t redo_rva, redo_off;
+	uint32_t prime_rstag;	/* the priming READ's STag (-l) */
 };
 
-/* ping: how many NOP-Ins that ask for an answer (a valid TTT) it sends. */
-#define PINGS 600
-#define PING_TTT 0x50000000u
+/*
+ * A SCSI command as the core parsed it, handed to the hooks. A WRITE hook
+ * may set done: the answer once the WRITE's data is in.
+ */
+struct cmd {
+	const uint8_t *bhs;
+	uint32_t itt;		/* as on the wire (big-endian read) */
+	uint32_t raw;		/* the ITT in the initiator's byte order */
+	const uint8_t *cdb;
+	uint8_t flags;		/* the iSER header's */
+	uint32_t edtl;
+	uint32_t rstag, wstag;
+	uint64_t rva, wva;
+	uint64_t lba;
+	uint64_t off;		/* lba * BLOCK */
+	uint32_t len;		/* the blocks' bytes */
+	const uint8_t *data;	/* WRITE: the immediate data */
+	uint32_t imm, unsol;	/* its bytes; the first burst's */
+	void (*done)(struct conn *c, struct pend *pe);
+};
 
 /* The misbehaviours to show, in order, one per trigger; mode is the next. */
 #define MAX_MODES 64
-static enum mode modes[MAX_MODES];
+struct misbehaviour;
+static const struct misbehaviour *modes[MAX_MODES];
 static int nmodes, next_mode;
-static enum mode mode = M_NONE;
+static const struct misbehaviour *mode;	/* modes_table[0], "none", when all fired */
 static int fire_at = 1;
 static long long fire_lba = -1;
 /*
@@ -274,49 +208,6 @@ static long long fire_lba = -1;
  * that comes after) must not fire the next mode.
  */
 static bool primed;
-/* logout-ping: armed by its trigger READ, fired by the next NOP-Out ping */
-static bool nop_armed;
-/*
- * big-sense, big-rsp: the READ of block retry_lba was answered with CHECK
- * CONDITION (UNIT ATTENTION); the SCSI layer must send it again.
- */
-static bool retry_armed;
-static uint64_t retry_lba;
-/*
- * silent-redo: the trigger READ went unanswered; its retry on a later
- * connection is held REDO_HOLD_S seconds.
- */
-#define REDO_HOLD_S 5
-static bool redo_armed;
-static uint64_t redo_lba;
-/*
- * stale-held: the trigger READ is held back and the connection dropped; on
- * a later connection, its response goes out when a SCSI command comes whose
- * ITT names the same libiscsi task slot (ITT & 0x1fff) with another session
- * age (bits 28-31). libiscsi's ITTs are in the initiator's byte order,
- * which is this host's (the target runs beside it).
- */
-static bool stale_on;
-static uint32_t stale_itt;	/* as on the wire (big-endian read) */
-static uint32_t stale_raw;	/* in the initiator's byte order */
-#define ITT_SLOT(raw) ((raw) & 0x1fffu)
-#define ITT_AGE(raw) (((raw) >> 28) & 0xfu)
-/*
- * itt-junk: bits ORed into the READ's ITT in the initiator's byte order
- * (as stale_raw). libiscsi builds an ITT as index | age << 28 (build_itt)
- * in host order and puts it in the header unconverted (no cpu_to_be32);
- * of what comes back it reads only the index (get_itt: ISCSI_ITT_MASK,
- * bits 0-12) and the age (ISCSI_AGE_SHIFT, bits 28-31). Bits 13-23 lie in
- * the part it ignores (13-27): libiscsi would take the response for the
- * READ's. ORed into the big-endian value be32() reads instead, they would
- * set bits 8-12 of the index on a little-endian host (another task).
- */
-#define ITT_JUNK 0x00ffe000u
-/* nop-data: the TTT of its ping */
-#define NOP_DATA_TTT 0x4e000001u
-/* lost-write: the next WRITE of block LOST_LBA is answered GOOD unread */
-static bool lost_armed;
-#define LOST_LBA 4096
 /*
  * -u N: negotiate InitialR2T=No and ImmediateData=Yes, declare
  * MaxRecvDataSegmentLength=N, first and largest burst FIRST_BURST: a WRITE
@@ -326,19 +217,10 @@ static uint32_t unsol_mrdsl;
 #define FIRST_BURST 262144u
 /*
  * The largest FirstBurstLength and MaxBurstLength the target answers:
- * FIRST_BURST, or from burst-max on 2^24 - 1 (the most RFC 7143 allows),
- * from burst-min on 512 (the least). Each connection keeps the
- * FirstBurstLength its login settled on.
+ * FIRST_BURST, or what a burst mode set (burst-max, burst-min). Each
+ * connection keeps the FirstBurstLength its login settled on.
  */
 static uint32_t burst_cap = FIRST_BURST;
-#define BURST_MAX 16777215u
-#define BURST_MIN 512u
-/*
- * A burst mode fires on the first login, and then only on the first login
- * after a Logout Request: the reconnection of a failed connection keeps the
- * session's bursts.
- */
-static bool burst_ready = true;
 /* Receive buffers a connection posts (-r; 128 by default). */
 static int nrx = NRX;
 /*
@@ -353,72 +235,8 @@ static uint8_t *disk;
 static size_t disk_size = 64u << 20;
 static struct conn *cur;
 static struct rdma_event_channel *ec;
-
-static struct conn *conn_new(struct rdma_cm_event *ev);
 /* SIGUSR1: print the commands the target waits on (state_dump). */
 static volatile sig_atomic_t dump_wanted;
-static void logv(const char *fmt, ...);
-static double now_s(void);
-
-/*
- * Handles the CM events that are there, without waiting. Called from the
- * main loop and while waiting for send buffers (a flood must notice that the
- * initiator went away). A connection the CM ends is marked dead; the main
- * loop frees it.
- */
-static void late_drain(struct conn *c);
-static void conn_free(struct conn *c);
-
-static void cm_poll(void)
-{
-	struct rdma_cm_event *ev;
-
-	while (rdma_get_cm_event(ec, &ev) == 0) {
-		enum rdma_cm_event_type t = ev->event;
-		struct rdma_cm_id *id = ev->id;
-
-		logv("cm event %s\n", rdma_event_str(t));
-		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			if (cur && cur->silent_all && !cur->dead) {
-				/*
-				 * A new connection while the one gone silent is
-				 * still up: the initiator gave up on it without
-				 * a disconnect. A target reinstates the session:
-				 * the old connection goes, the new one is taken.
-				 */
-				printf("evil: connection request while the silent connection is up: dropping it at %.3f\n",
-				       now_s());
-				fflush(stdout);
-				rdma_disconnect(cur->id);
-				late_drain(cur);
-				conn_free(cur);
-				cur = NULL;
-			}
-			if (cur) {
-				/* One connection at a time: the initiator retries. */
-				rdma_ack_cm_event(ev);
-				rdma_reject(id, NULL, 0);
-				rdma_destroy_id(id);
-				continue;
-			}
-			cur = conn_new(ev);
-			rdma_ack_cm_event(ev);
-			if (cur)
-				printf("evil: connection accepted at %.3f\n", now_s());
-			fflush(stdout);
-			continue;
-		}
-		rdma_ack_cm_event(ev);
-		if (cur && id == cur->id && !cur->dead &&
-		    (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
-		     t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_UNREACHABLE)) {
-			printf("evil: connection closed (%s) at %.3f\n", rdma_event_str(t), now_s());
-			fflush(stdout);
-			cur->dead = true;
-			cur->closing = true;
-		}
-	}
-}
 
 static void logv(const char *fmt, ...)
 {
@@ -431,42 +249,6 @@ static void logv(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* The current mode fires: say so, and arm the next one. */
-static void fire(void)
-{
-	printf("evil: fired %s\n", mode_names[mode]);
-	fflush(stdout);
-	next_mode++;
-	mode = next_mode < nmodes ? modes[next_mode] : M_NONE;
-}
-
-/*
- * Modes that fire when a connection is accepted (the CM modes) or at its
- * operational login stage (the burst modes): never on a READ.
- */
-static bool conn_mode(enum mode m)
-{
-	return m == M_CM_RSVD || m == M_CM_SHORT || m == M_CM_LONG || m == M_BURST_MAX ||
-	       m == M_BURST_MIN;
-}
-
-static bool login_mode(enum mode m)
-{
-	return m == M_LOGIN_LONG || m == M_LOGIN_DSL || m == M_LOGIN_BAD || conn_mode(m);
-}
-
-static bool armed(enum mode m)
-{
-	return mode == m;
-}
-
-/* Modes that a WRITE at the trigger block fires (after the priming READ). */
-static bool write_mode(enum mode m)
-{
-	return m == M_LATE_READ || m == M_EARLY_STATUS;
-}
-
-/* Seconds since boot (CLOCK_MONOTONIC), to compare with dmesg's stamps. */
 /* A line in the kernel log, so that the test times it on the kernel's clock. */
 static void kmsg(const char *line)
 {
@@ -478,6 +260,7 @@ static void kmsg(const char *line)
 	fclose(k);
 }
 
+/* Seconds since boot (CLOCK_MONOTONIC), to compare with dmesg's stamps. */
 static double now_s(void)
 {
 	struct timespec t;
@@ -556,6 +339,9 @@ static void put24(uint8_t *p, uint32_t v)
 	p[2] = v;
 }
 
+static void cm_poll(void);
+static void handle_wc(struct conn *c, struct ibv_wc *wc);
+
 static int post_rx(struct conn *c, int i)
 {
 	struct ibv_sge sge = {
@@ -568,8 +354,6 @@ static int post_rx(struct conn *c, int i)
 
 	return ibv_post_recv(c->id->qp, &wr, &bad);
 }
-
-static void handle_wc(struct conn *c, struct ibv_wc *wc);
 
 /* Polls the CQ once, handling what completed; waits when asked to. */
 static int poll_cq(struct conn *c, bool wait)
@@ -694,8 +478,6 @@ static int send_rsp(struct conn *c, uint32_t itt, uint8_t status, uint8_t key,
 		dlen = 20;
 		put24(bhs + 5, dlen);
 	}
-	c->last_itt = itt;
-	c->have_last = true;
 	return tx_post(c, i, HDRS + dlen, inv, with_inv);
 }
 
@@ -720,44 +502,6 @@ static int send_simple(struct conn *c, uint8_t op, uint32_t itt, uint32_t ttt,
 		put24(bhs + 5, dlen);
 	}
 	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), 0, false);
-}
-
-/*
- * big-sense, big-rsp: CHECK CONDITION, UNIT ATTENTION (POWER ON, RESET, OR
- * BUS DEVICE RESET OCCURRED: the SCSI layer retries the command) in a data
- * segment of dlen bytes: SenseLength 252, the largest sense SPC allows
- * (fixed format, additional length 244), then response data ('r') up to
- * dlen. The READ's rkey is invalidated with it when rstag is non-zero.
- */
-static int send_rsp_ua(struct conn *c, uint32_t itt, uint32_t rstag, uint32_t dlen)
-{
-	int i = tx_get(c);
-	uint8_t *p, *bhs, *d;
-
-	if (i < 0)
-		return -1;
-	p = pdu_start(c, i);
-	bhs = p + ISER_HDR;
-	bhs[0] = 0x21;
-	bhs[1] = 0x80;
-	bhs[3] = 0x02;
-	put32(bhs + 16, itt);
-	set_sn(c, bhs, true);
-	d = p + HDRS;
-	memset(d, 'r', dlen);
-	d[0] = 0;
-	d[1] = 252;
-	memset(d + 2, 0, 252);
-	d[2] = 0x70;
-	d[4] = 0x06;	/* UNIT ATTENTION */
-	d[9] = 244;
-	d[14] = 0x29;
-	for (int k = 20; k < 254; k++)
-		d[k] = (uint8_t)k;	/* sense-key specific and vendor bytes */
-	put24(bhs + 5, dlen);
-	c->last_itt = itt;
-	c->have_last = true;
-	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), rstag, rstag != 0);
 }
 
 /*
@@ -849,44 +593,159 @@ static int rdma_op(struct conn *c, bool write, uint32_t rstag, uint64_t rva,
 	return ret ? -1 : 0;
 }
 
-/*
- * late-write, late-read, late-abort, tmf-spoof, tmf-dup, itt-junk: LATE_MS
- * from now, use a STag the initiator gave for a command that has ended
- * since (an RDMA WRITE of the bytes at disk offset src, or an RDMA READ
- * into scratch memory).
- */
-static void late_arm(struct conn *c, bool write, uint32_t rkey, uint64_t va, uint32_t len,
-		     uint64_t src)
+/* A READ's data pushed to its read STag, from disk offset off. */
+static int push_data(struct conn *c, const struct cmd *k, uint64_t off)
 {
-	c->late = (struct late){
+	return rdma_op(c, true, k->rstag, k->rva, off, k->len, 0);
+}
+
+/* The READ's own GOOD status, invalidating its STag. */
+static void rsp_good(struct conn *c, const struct cmd *k)
+{
+	send_rsp(c, k->itt, 0, 0, 0, 0, k->rstag != 0, k->rstag);
+}
+
+/* The current mode fires: say so, and arm the next one. */
+static void fire(void);
+
+/* ================================================================== */
+/* The misbehaviours                                                   */
+/* ================================================================== */
+
+/* Where a mode acts (what it spoils). */
+enum phase {
+	PH_NONE,
+	PH_CM,		/* the CM accept (its iSER CM header) */
+	PH_LOGIN,	/* the login phase's answers and negotiation */
+	PH_SCSI,	/* the answer to a SCSI command */
+	PH_RDMA,	/* RDMA with a STag after its command ended */
+	PH_NOP,		/* NOP-In and NOP-Out */
+	PH_ASYNC,	/* Async Messages, Logout Responses, hang-ups */
+	PH_TMF,		/* task management */
+	PH_CONN,	/* the connection: dropped, or a later one */
+};
+
+/* What fires a mode (see the file's head). */
+enum trigger {
+	TR_NONE,	/* never */
+	TR_ACCEPT,	/* the next connection's accept: .accept */
+	TR_LOGIN,	/* the next Login Response: .login, with it built */
+	TR_LOGIN_OP,	/* the next operational login stage (-u): .login, first */
+	TR_READ,	/* the trigger READ: .read, or .reply after its data */
+	TR_WRITE,	/* the WRITE at the trigger block (-l): .write */
+	TR_READ_PING,	/* the trigger READ arms (.read), the next ping fires (.ping) */
+};
+
+/* A Login Response built in send buffer i, for the login hooks. */
+struct login_ans {
+	int i;
+	uint8_t *r, *d;		/* its BHS, its data segment */
+	size_t len;		/* the data segment's length */
+	size_t post;		/* the bytes to send (iSER header included) */
+};
+
+/* A TMF as the core answers it; the aftermath hooks may change the answer. */
+struct tmf {
+	uint8_t fn;
+	uint32_t itt, ref_itt;	/* its own, the Referenced Task Tag */
+	uint32_t rsp_itt;	/* the ITT its response carries */
+	uint8_t response;	/* 0: function complete, 5: rejected */
+	bool ignore;		/* no answer at all */
+	bool twice;		/* answered again, with the next StatSN */
+	int held;		/* an ABORT TASK of a command a mode held: its
+				 * variant (.arg); -1: none */
+	const char *note;	/* after "evil: TMF function N" */
+};
+
+/*
+ * What a mode leaves behind once fired, and the core's later points where
+ * that acts. A hook that returns true has dealt with the PDU: the core does
+ * no more with it. Modes of one family share theirs.
+ */
+struct aftermath {
+	void (*conn_start)(void);	/* a new connection: the old one's state goes */
+	void (*conn_end)(struct conn *c);	/* the connection is about to be freed */
+	bool (*conn_request)(struct conn *c);	/* another asks in: drop this one? */
+	bool (*command)(struct conn *c, const struct cmd *k);	/* any SCSI command */
+	bool (*read)(struct conn *c, const struct cmd *k);	/* any READ, when valid */
+	void (*replaced)(const struct cmd *k);	/* a READ's answer a .reply replaced */
+	bool (*write)(struct conn *c, const struct cmd *k);	/* any WRITE, when valid */
+	bool (*dataout)(struct conn *c, const uint8_t *bhs, const uint8_t *data, uint32_t dlen);
+	bool (*ping)(struct conn *c, uint32_t itt);	/* a NOP-Out ping (real ITT) */
+	/* a NOP-Out with the reserved ITT: the answer to a NOP-In ping */
+	bool (*nop_answer)(struct conn *c, uint32_t ttt, const uint8_t *data, uint32_t dlen);
+	void (*tmf)(struct conn *c, struct tmf *t);	/* before it is answered */
+	void (*tmf_answered)(struct conn *c, const struct tmf *t);
+	void (*logout)(void);		/* a Logout Request */
+	long (*timer)(struct conn *c);	/* runs what is due; ms to the next, or -1 */
+	void (*dump)(void);		/* SIGUSR1: a word on the state line */
+};
+
+struct misbehaviour {
+	const char *name;
+	enum phase phase;
+	enum trigger trigger;
+	void (*accept)(const struct misbehaviour *m, struct rdma_conn_param *cp);
+	void (*login)(const struct misbehaviour *m, struct conn *c, struct login_ans *a);
+	/* takes the trigger READ over; false: serve it as well */
+	bool (*read)(const struct misbehaviour *m, struct conn *c, const struct cmd *k);
+	/* the trigger READ's data went, the mode fired: its answer */
+	void (*reply)(const struct misbehaviour *m, struct conn *c, const struct cmd *k);
+	/* the trigger WRITE; false: serve it as well (k->done: its answer) */
+	bool (*write)(const struct misbehaviour *m, struct conn *c, struct cmd *k);
+	/* TR_READ_PING: a NOP-Out ping; true: answered by the mode */
+	bool (*ping)(const struct misbehaviour *m, struct conn *c, uint32_t itt);
+	/* a READ was held: the next READ calls .read too, trigger or not */
+	bool (*waiting)(void);
+	int arg;		/* a variant, for hooks that several modes share */
+	const struct aftermath *after[2];
+};
+
+/* ------------------------------------------------------------------ */
+/* Late RDMA: a command's STag tried LATE_MS after its end (late-write,  */
+/* late-read, late-abort, tmf-spoof, tmf-dup, itt-junk).                */
+
+/*
+ * How long after a command's end its old STag is tried: long enough that an
+ * initiator starved of CPU (a guest under TCG on a loaded host took over
+ * 50 ms to handle a response) has handled the end, so that a STag still
+ * valid then is its bug and not its slowness; short enough that the task
+ * slot's MR is not registered 256 times meanwhile (rkeys wrap at 256).
+ */
+#define LATE_MS 500
+
+/* An RDMA access with a command's old STag, made LATE_MS after its end. */
+static struct late_state {
+	bool on;
+	bool posted;		/* posted, its completion not seen yet */
+	bool write;		/* RDMA WRITE (a READ's rkey) or RDMA READ */
+	uint32_t rkey;
+	uint64_t va;
+	uint32_t len;
+	uint64_t src;		/* late write: disk offset of the bytes sent */
+	struct timespec due;
+} late;
+
+/*
+ * LATE_MS from now, use a STag the initiator gave for a command that has
+ * ended since (an RDMA WRITE of the bytes at disk offset src, or an RDMA
+ * READ into scratch memory).
+ */
+static void late_arm(bool write, uint32_t rkey, uint64_t va, uint32_t len, uint64_t src)
+{
+	late = (struct late_state){
 		.on = true, .write = write, .rkey = rkey, .va = va,
 		.len = len < LATE_MAX ? len : LATE_MAX, .src = src,
 	};
-	ts_after(&c->late.due, LATE_MS);
+	ts_after(&late.due, LATE_MS);
 	printf("evil: late %s armed: rkey 0x%08x va 0x%llx, %u bytes, in %d ms\n",
-	       write ? "write" : "read", rkey, (unsigned long long)va, c->late.len, LATE_MS);
-	fflush(stdout);
-}
-
-/* silent-redo: the held retry of the trigger READ, served now. */
-static void redo_serve(struct conn *c)
-{
-	long held = (long)((now_s() - c->redo_t0) * 1000);
-
-	c->redo_on = false;
-	if (rdma_op(c, true, c->redo_rstag, c->redo_rva, c->redo_off, c->redo_len, 0) ||
-	    send_rsp(c, c->redo_itt, 0, 0, 0, 0, c->redo_rstag != 0, c->redo_rstag)) {
-		printf("evil: silent-redo: retried READ itt 0x%08x: cannot serve it\n", c->redo_itt);
-	} else {
-		printf("evil: silent-redo: retried READ itt 0x%08x served after %ld ms\n",
-		       c->redo_itt, held);
-	}
+	       write ? "write" : "read", rkey, (unsigned long long)va, late.len, LATE_MS);
 	fflush(stdout);
 }
 
 static void late_post(struct conn *c)
 {
-	struct late *l = &c->late;
+	struct late_state *l = &late;
 	struct ibv_sge sge = {
 		.addr = (uintptr_t)(disk + (l->write ? l->src : disk_size + SCRATCH_LATE)),
 		.length = l->len,
@@ -926,13 +785,13 @@ static void late_done(struct conn *c, struct ibv_wc *wc, bool write)
 {
 	const char *what = write ? "write" : "read";
 
-	c->late.posted = false;
+	late.posted = false;
 	if (wc->status == IBV_WC_SUCCESS) {
 		printf("evil: late %s completed", what);
 		if (!write)
 			printf(" (the bytes read are %s the command wrote)",
-			       memcmp(disk + disk_size + SCRATCH_LATE, disk + c->late.src,
-				      c->late.len) ? "not what" : "what");
+			       memcmp(disk + disk_size + SCRATCH_LATE, disk + late.src,
+				      late.len) ? "not what" : "what");
 		printf("\n");
 	} else if (wc->status == IBV_WC_WR_FLUSH_ERR) {
 		printf("evil: late %s not tried: the QP was in error already\n", what);
@@ -945,50 +804,1575 @@ static void late_done(struct conn *c, struct ibv_wc *wc, bool write)
 		c->closing = true;	/* the QP is in error: drop the connection */
 }
 
+/*
+ * A connection about to be freed: report what became of a late access.
+ * Its completion may already be in the CQ when the disconnect is seen
+ * (the initiator's QP refused the access and the initiator then closed
+ * the connection): without this, the access was tried but never reported
+ * (seen 2026-11-25 in late-abort: rxe logged the refusal, status 10, 70
+ * ms before the disconnect). Only late completions are handled: the rest
+ * belongs to a connection that is gone.
+ */
+static void late_drain(struct conn *c)
+{
+	struct ibv_wc wc[16];
+	int n, waited = 0;
+
+	/*
+	 * A late access posted just before the connection closed completes
+	 * (or is flushed) soon after: wait for its verdict, 2 s at most, so
+	 * that every armed access ends in one line.
+	 */
+	do {
+		while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
+			for (int i = 0; i < n; i++)
+				if ((uint32_t)(wc[i].wr_id >> 32) == WR_LATE)
+					late_done(c, &wc[i], (uint32_t)wc[i].wr_id);
+		if (!late.posted)
+			break;
+		usleep(10000);
+	} while (++waited < 200);
+	if (late.posted) {
+		/*
+		 * Posted, and neither acknowledged nor refused in 2 s: the
+		 * initiator's QP, in error, drops it (an RC responder that
+		 * took it would have acknowledged it at once); this QP only
+		 * retries. Said as such, then flushed.
+		 */
+		late.posted = false;
+		printf("evil: late %s not acknowledged in 2 s: the initiator's QP did not take it\n",
+		       late.write ? "write" : "read");
+		fflush(stdout);
+	}
+	if (late.on) {
+		late.on = false;
+		printf("evil: late %s not tried: the connection closed first\n",
+		       late.write ? "write" : "read");
+		fflush(stdout);
+	}
+}
+
+static long late_timer(struct conn *c)
+{
+	long ms;
+
+	if (!late.on)
+		return -1;
+	ms = ms_until(&late.due);
+	if (ms)
+		return ms;
+	late_post(c);
+	return -1;
+}
+
+static void late_conn_start(void)
+{
+	memset(&late, 0, sizeof(late));
+}
+
+static const struct aftermath late_after = {
+	.conn_start = late_conn_start,
+	.conn_end = late_drain,
+	.timer = late_timer,
+};
+
+/* late-write: the data, a plain SEND (no invalidation), then later the
+ * same data again with the READ's rkey. */
+static bool late_write_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	if (push_data(c, k, k->off))
+		return true;
+	fire();
+	send_rsp(c, k->itt, 0, 0, 0, 0, false, 0);
+	late_arm(true, k->rstag, k->rva, k->len, k->off);
+	return true;
+}
+
+/* late-read: the WRITE answered by plain SEND, and its write STag
+ * RDMA-READ again LATE_MS later. */
+static void late_read_done(struct conn *c, struct pend *pe)
+{
+	send_rsp(c, pe->itt, 0, 0, 0, 0, false, 0);
+	late_arm(false, pe->stag, pe->va, pe->rdma_len, pe->off + pe->len - pe->rdma_len);
+}
+
+static bool late_read_write(const struct misbehaviour *m, struct conn *c, struct cmd *k)
+{
+	(void)c;
+	if (k->len > k->unsol) {
+		fire();
+		k->done = late_read_done;
+	} else {
+		printf("evil: %s: the trigger WRITE has no data to pull: not fired\n", m->name);
+		fflush(stdout);
+	}
+	return false;
+}
+
+/*
+ * itt-junk: bits ORed into the READ's ITT in the initiator's byte order
+ * (as stale-held's raw). libiscsi builds an ITT as index | age << 28 (build_itt)
+ * in host order and puts it in the header unconverted (no cpu_to_be32);
+ * of what comes back it reads only the index (get_itt: ISCSI_ITT_MASK,
+ * bits 0-12) and the age (ISCSI_AGE_SHIFT, bits 28-31). Bits 13-23 lie in
+ * the part it ignores (13-27): libiscsi would take the response for the
+ * READ's. ORed into the big-endian value be32() reads instead, they would
+ * set bits 8-12 of the index on a little-endian host (another task).
+ */
+#define ITT_JUNK 0x00ffe000u
+
+/* itt-junk: the data, then the status by plain SEND with ITT_JUNK in the
+ * ITT, then later the same data again with the READ's rkey. */
+static bool itt_junk_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint32_t raw = k->raw | ITT_JUNK;
+	uint8_t w[4];
+
+	(void)m;
+	if (push_data(c, k, k->off))
+		return true;
+	fire();
+	memcpy(w, &raw, sizeof(w));
+	printf("evil: itt-junk: READ itt 0x%08x answered as 0x%08x\n", k->itt, be32(w));
+	fflush(stdout);
+	send_rsp(c, be32(w), 0, 0, 0, 0, false, 0);
+	late_arm(true, k->rstag, k->rva, k->len, k->off);
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Hang-ups announced beforehand (async-dropconn, async-dropall,        */
+/* logout-ping): the connection closes at due.                          */
+
+static struct hangup_state {
+	bool on;
+	struct timespec due;
+} hangup;
+
+static void hangup_in(long ms)
+{
+	hangup.on = true;
+	ts_after(&hangup.due, ms);
+}
+
+static long hangup_timer(struct conn *c)
+{
+	long ms;
+
+	if (!hangup.on)
+		return -1;
+	ms = ms_until(&hangup.due);
+	if (ms)
+		return ms;
+	hangup.on = false;
+	c->closing = true;
+	printf("evil: disconnecting as announced at %.3f\n", now_s());
+	fflush(stdout);
+	return -1;
+}
+
+static void hangup_conn_start(void)
+{
+	memset(&hangup, 0, sizeof(hangup));
+}
+
+static const struct aftermath hangup_after = {
+	.conn_start = hangup_conn_start,
+	.timer = hangup_timer,
+};
+
+/* ------------------------------------------------------------------ */
+/* early-status: a WRITE answered before its Data-Outs came.           */
+
+#define NEARLY 8
+static struct early_state {
+	struct {
+		bool used;
+		uint32_t itt;
+		uint64_t off;	/* the disk offset the WRITE named */
+	} e[NEARLY];
+} early;
+
+/*
+ * CHECK CONDITION at once; its Data-Outs, still to come, are looked at
+ * when they arrive.
+ */
+static bool early_write(const struct misbehaviour *m, struct conn *c, struct cmd *k)
+{
+	long bad = stamp_mismatch(k->data, k->off, k->imm);
+	int e;
+
+	(void)m;
+	fire();
+	send_rsp(c, k->itt, 0x02, 0x05, 0x21, 0, false, 0);
+	for (e = 0; e < NEARLY && early.e[e].used; e++)
+		;
+	if (e == NEARLY)
+		e = 0;
+	early.e[e].used = true;
+	early.e[e].itt = k->itt;
+	early.e[e].off = k->off;
+	printf("evil: early-status: WRITE itt 0x%08x answered, %u bytes, %u immediate, %u unsolicited\n",
+	       k->itt, k->len, k->imm, k->unsol);
+	if (bad >= 0)
+		printf("evil: foreign data in the immediate data itt=0x%08x offset=%ld\n", k->itt, bad);
+	fflush(stdout);
+	return true;
+}
+
+/* A new command with that ITT: the old one is over. */
+static bool early_command(struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	for (int e = 0; e < NEARLY; e++)
+		if (early.e[e].used && early.e[e].itt == k->itt)
+			early.e[e].used = false;
+	return false;
+}
+
+/* A Data-Out for a WRITE already answered: its bytes must still be its own. */
+static bool early_dataout(struct conn *c, const uint8_t *bhs, const uint8_t *data, uint32_t dlen)
+{
+	uint32_t itt = be32(bhs + 16), boff = be32(bhs + 40);
+
+	(void)c;
+	for (int i = 0; i < NEARLY; i++) {
+		long bad;
+
+		if (!early.e[i].used || early.e[i].itt != itt)
+			continue;
+		bad = stamp_mismatch(data, early.e[i].off + boff, dlen);
+		printf("evil: Data-Out after status itt=0x%08x offset=%u len=%u%s\n", itt, boff,
+		       dlen, bhs[1] & 0x80 ? " final" : "");
+		if (bad >= 0) {
+			printf("evil: foreign data in Data-Out itt=0x%08x offset=%u at byte %ld:",
+			       itt, boff, bad);
+			for (long b = bad; b < bad + 16 && b < (long)dlen; b++)
+				printf(" %02x", data[b]);
+			printf("\n");
+		}
+		fflush(stdout);
+		return true;
+	}
+	return false;
+}
+
+static void early_conn_start(void)
+{
+	memset(&early, 0, sizeof(early));
+}
+
+static const struct aftermath early_after = {
+	.conn_start = early_conn_start,
+	.command = early_command,
+	.dataout = early_dataout,
+};
+
+/* ------------------------------------------------------------------ */
+/* silent, silent-all, silent-redo: SCSI commands go unanswered (until  */
+/* a TMF, unless all: then TMFs too; NOP-Outs are always answered).     */
+
+enum { SILENT_SOME, SILENT_ALL, SILENT_REDO };
+
+static struct silent_state {
+	bool on;
+	bool all;	/* ABORT TASK refused, any other TMF ignored */
+} silent;
+
+/*
+ * silent-redo: the trigger READ went unanswered; its retry on a later
+ * connection is held REDO_HOLD_S seconds.
+ */
+#define REDO_HOLD_S 5
+static struct redo_state {
+	bool armed;
+	uint64_t lba;
+	struct {	/* the retried READ, held on this connection */
+		bool on;
+		struct timespec due;
+		double t0;
+		uint32_t itt, rstag, len;
+		uint64_t rva, off;
+	} held;
+} redo;
+
+static bool silent_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	silent.on = true;
+	silent.all = m->arg != SILENT_SOME;
+	if (m->arg == SILENT_REDO) {
+		redo.armed = true;
+		redo.lba = k->lba;
+	}
+	fire();
+	return true;
+}
+
+/*
+ * A new connection while the one gone silent is still up: the initiator
+ * gave up on it without a disconnect. A target reinstates the session: the
+ * old connection goes, the new one is taken.
+ */
+static bool silent_conn_request(struct conn *c)
+{
+	(void)c;
+	if (!silent.all)
+		return false;
+	printf("evil: connection request while the silent connection is up: dropping it at %.3f\n",
+	       now_s());
+	fflush(stdout);
+	return true;
+}
+
+static bool silent_command(struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	(void)k;
+	return silent.on;
+}
+
+/*
+ * silent-all: an ABORT TASK is refused (Function Rejected), so the
+ * initiator escalates to a LU reset, which is never answered. silent: a
+ * TMF ends the silence.
+ */
+static void silent_tmf(struct conn *c, struct tmf *t)
+{
+	(void)c;
+	if (!silent.all) {
+		silent.on = false;
+		return;
+	}
+	t->note = t->fn == 1 ? " rejected" : " ignored";
+	t->ignore = t->fn != 1;
+	t->response = 5;
+}
+
+static void silent_dump(void)
+{
+	if (silent.on)
+		printf(", silent");
+}
+
+static void silent_conn_start(void)
+{
+	memset(&silent, 0, sizeof(silent));
+}
+
+static const struct aftermath silent_after = {
+	.conn_start = silent_conn_start,
+	.conn_request = silent_conn_request,
+	.command = silent_command,
+	.tmf = silent_tmf,
+	.dump = silent_dump,
+};
+
+/* silent-redo: the retried trigger READ, held. */
+static bool redo_read(struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	if (!redo.armed || silent.on || k->lba != redo.lba || redo.held.on)
+		return false;
+	redo.armed = false;
+	redo.held.on = true;
+	redo.held.itt = k->itt;
+	redo.held.rstag = k->rstag;
+	redo.held.rva = k->rva;
+	redo.held.len = k->len;
+	redo.held.off = k->off;
+	redo.held.t0 = now_s();
+	ts_after(&redo.held.due, REDO_HOLD_S * 1000L);
+	printf("evil: silent-redo: retried READ itt 0x%08x held %d s\n", k->itt, REDO_HOLD_S);
+	fflush(stdout);
+	return true;
+}
+
+/* silent-redo: the held retry of the trigger READ, served when due. */
+static long redo_timer(struct conn *c)
+{
+	long ms, held;
+
+	if (!redo.held.on)
+		return -1;
+	ms = ms_until(&redo.held.due);
+	if (ms)
+		return ms;
+	held = (long)((now_s() - redo.held.t0) * 1000);
+	redo.held.on = false;
+	if (rdma_op(c, true, redo.held.rstag, redo.held.rva, redo.held.off, redo.held.len, 0) ||
+	    send_rsp(c, redo.held.itt, 0, 0, 0, 0, redo.held.rstag != 0, redo.held.rstag)) {
+		printf("evil: silent-redo: retried READ itt 0x%08x: cannot serve it\n",
+		       redo.held.itt);
+	} else {
+		printf("evil: silent-redo: retried READ itt 0x%08x served after %ld ms\n",
+		       redo.held.itt, held);
+	}
+	fflush(stdout);
+	return -1;
+}
+
+static void redo_conn_start(void)
+{
+	memset(&redo.held, 0, sizeof(redo.held));
+}
+
+static const struct aftermath redo_after = {
+	.conn_start = redo_conn_start,
+	.read = redo_read,
+	.timer = redo_timer,
+};
+
+/* ------------------------------------------------------------------ */
+/* stale-held: the trigger READ is held back and the connection         */
+/* dropped; on a later connection, its response goes out when a SCSI    */
+/* command comes whose ITT names the same libiscsi task slot (ITT &     */
+/* 0x1fff) with another session age (bits 28-31). libiscsi's ITTs are   */
+/* in the initiator's byte order, which is this host's (the target runs */
+/* beside it).                                                          */
+
+#define ITT_SLOT(raw) ((raw) & 0x1fffu)
+#define ITT_AGE(raw) (((raw) >> 28) & 0xfu)
+
+static struct stale_held_state {
+	bool on;
+	uint32_t itt;	/* as on the wire (big-endian read) */
+	uint32_t raw;	/* in the initiator's byte order */
+} stale;
+
+/* No answer; hang up, and answer it on a later connection. */
+static bool stale_held_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	stale.on = true;
+	stale.itt = k->itt;
+	stale.raw = k->raw;
+	c->closing = true;
+	printf("evil: stale-held: READ itt 0x%08x (slot 0x%x, age %u) held, hanging up\n",
+	       k->itt, ITT_SLOT(stale.raw), ITT_AGE(stale.raw));
+	fflush(stdout);
+	return true;
+}
+
+/* The held READ's response, before this command's (held: still armed). */
+static bool stale_held_command(struct conn *c, const struct cmd *k)
+{
+	if (!stale.on || ITT_SLOT(k->raw) != ITT_SLOT(stale.raw) ||
+	    ITT_AGE(k->raw) == ITT_AGE(stale.raw))
+		return false;
+	stale.on = false;
+	fire();
+	printf("evil: stale-held: response for held itt 0x%08x sent at command itt 0x%08x (slot 0x%x, age %u, then %u)\n",
+	       stale.itt, k->itt, ITT_SLOT(k->raw), ITT_AGE(stale.raw), ITT_AGE(k->raw));
+	fflush(stdout);
+	send_rsp(c, stale.itt, 0, 0, 0, 0, false, 0);
+	return false;
+}
+
+static const struct aftermath stale_held_after = {
+	.command = stale_held_command,
+};
+
+/* ------------------------------------------------------------------ */
+/* inv-other, inv-nomr: a READ held back.                               */
+
+struct held_read {
+	uint32_t itt;
+	uint32_t rstag;
+	uint64_t rva;
+	uint32_t len, lba;
+};
+
+static void hold_read(struct held_read *h, const struct cmd *k)
+{
+	h->itt = k->itt;
+	h->rstag = k->rstag;
+	h->rva = k->rva;
+	h->len = k->len;
+	h->lba = (uint32_t)k->lba;
+}
+
+static int push_held(struct conn *c, const struct held_read *h)
+{
+	return rdma_op(c, true, h->rstag, h->rva, (uint64_t)h->lba * BLOCK, h->len, 0);
+}
+
+/*
+ * inv-other: hold the trigger READ; answer it when the next READ comes,
+ * invalidating the next one's STag (which is then served normally).
+ */
+static struct inv_other_state {
+	bool on;
+	struct held_read r;
+} inv_other;
+
+static bool inv_other_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	if (!inv_other.on) {
+		inv_other.on = true;
+		hold_read(&inv_other.r, k);
+		c->reads--;
+		return true;
+	}
+	inv_other.on = false;
+	if (!push_held(c, &inv_other.r)) {
+		fire();
+		c->inv_ok = true;
+		send_rsp(c, inv_other.r.itt, 0, 0, 0, 0, true, k->rstag);
+	}
+	return false;
+}
+
+static bool inv_other_waiting(void)
+{
+	return inv_other.on;
+}
+
+static void inv_other_conn_start(void)
+{
+	memset(&inv_other, 0, sizeof(inv_other));
+}
+
+static const struct aftermath inv_other_after = {
+	.conn_start = inv_other_conn_start,
+};
+
+/* inv-nomr: the trigger READ held until a TEST UNIT READY comes. */
+static struct inv_nomr_state {
+	bool on;
+	struct held_read r;
+} inv_nomr;
+
+static bool inv_nomr_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	(void)c;
+	inv_nomr.on = true;
+	hold_read(&inv_nomr.r, k);
+	printf("evil: inv-nomr: READ itt 0x%08x held until a TEST UNIT READY\n", k->itt);
+	fflush(stdout);
+	return true;
+}
+
+/*
+ * The held READ's data, then the TEST UNIT READY's response (it has no
+ * data, no STag) invalidating the READ's rkey, then the READ's by plain
+ * SEND. (Held: inv-nomr is still the mode armed.)
+ */
+static bool inv_nomr_command(struct conn *c, const struct cmd *k)
+{
+	if (k->cdb[0] != 0x00 || !inv_nomr.on)
+		return false;
+	inv_nomr.on = false;
+	if (push_held(c, &inv_nomr.r))
+		return true;
+	fire();
+	printf("evil: inv-nomr: TEST UNIT READY itt 0x%08x answered invalidating rkey 0x%08x of READ itt 0x%08x\n",
+	       k->itt, inv_nomr.r.rstag, inv_nomr.r.itt);
+	fflush(stdout);
+	c->inv_ok = true;
+	send_rsp(c, k->itt, 0, 0, 0, 0, true, inv_nomr.r.rstag);
+	send_rsp(c, inv_nomr.r.itt, 0, 0, 0, 0, false, 0);
+	return true;
+}
+
+static void inv_nomr_conn_start(void)
+{
+	memset(&inv_nomr, 0, sizeof(inv_nomr));
+}
+
+static const struct aftermath inv_nomr_after = {
+	.conn_start = inv_nomr_conn_start,
+	.command = inv_nomr_command,
+};
+
+/* ------------------------------------------------------------------ */
+/* late-abort, tmf-spoof, tmf-dup: the trigger READ left unanswered,    */
+/* until its ABORT TASK; then its rkey tried LATE_MS later.             */
+
+enum { ABORT_LATE, ABORT_SPOOF, ABORT_DUP };
+
+static struct tmf_wait_state {
+	bool on;
+	const struct misbehaviour *m;	/* the mode that left the READ */
+	uint32_t itt, rstag, len;
+	uint64_t rva, off;
+	/* tmf-spoof: the last NOP-Out ping left unanswered meanwhile */
+	bool ping_held;
+	uint32_t ping_itt;
+} tmf_wait;
+
+/* No answer, no data: wait for its ABORT TASK. */
+static bool tmf_wait_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	tmf_wait.m = m;
+	fire();
+	tmf_wait.on = true;
+	tmf_wait.itt = k->itt;
+	tmf_wait.rstag = k->rstag;
+	tmf_wait.rva = k->rva;
+	tmf_wait.len = k->len;
+	tmf_wait.off = k->off;
+	tmf_wait.ping_held = false;
+	printf("evil: %s: READ itt 0x%08x left unanswered\n", m->name, k->itt);
+	fflush(stdout);
+	return true;
+}
+
+/* tmf-spoof: a ping unanswered; its ITT answers the ABORT TASK. */
+static bool tmf_wait_ping(struct conn *c, uint32_t itt)
+{
+	(void)c;
+	if (!tmf_wait.on || tmf_wait.m->arg != ABORT_SPOOF)
+		return false;
+	tmf_wait.ping_held = true;
+	tmf_wait.ping_itt = itt;
+	printf("evil: tmf-spoof: ping itt 0x%08x held\n", itt);
+	fflush(stdout);
+	return true;
+}
+
+/*
+ * The ABORT TASK of the READ held: tmf-spoof's answer names the held
+ * ping, tmf-dup's goes twice.
+ */
+static void tmf_wait_tmf(struct conn *c, struct tmf *t)
+{
+	(void)c;
+	if (t->fn != 1 || !tmf_wait.on || t->ref_itt != tmf_wait.itt)
+		return;
+	t->held = tmf_wait.m->arg;
+	if (t->held == ABORT_SPOOF && tmf_wait.ping_held)
+		t->rsp_itt = tmf_wait.ping_itt;
+	t->twice = t->held == ABORT_DUP;
+}
+
+/* The aborted READ's rkey, LATE_MS from now. */
+static void tmf_wait_answered(struct conn *c, const struct tmf *t)
+{
+	int kind = t->held;
+
+	(void)c;
+	if (kind < 0)
+		return;
+	tmf_wait.on = false;
+	if (kind == ABORT_SPOOF && tmf_wait.ping_held)
+		printf("evil: tmf-spoof: ABORT TASK itt 0x%08x answered with the ping's itt 0x%08x\n",
+		       t->itt, t->rsp_itt);
+	else if (kind == ABORT_SPOOF)
+		printf("evil: tmf-spoof: no ping held: ABORT TASK itt 0x%08x answered with its own itt, not spoofed\n",
+		       t->itt);
+	else if (kind == ABORT_DUP)
+		printf("evil: tmf-dup: ABORT TASK itt 0x%08x answered twice\n", t->itt);
+	else
+		printf("evil: late-abort: ABORT TASK for itt 0x%08x answered\n", tmf_wait.itt);
+	tmf_wait.ping_held = false;
+	late_arm(true, tmf_wait.rstag, tmf_wait.rva, tmf_wait.len, tmf_wait.off);
+}
+
+static void tmf_wait_conn_start(void)
+{
+	memset(&tmf_wait, 0, sizeof(tmf_wait));
+}
+
+static const struct aftermath tmf_wait_after = {
+	.conn_start = tmf_wait_conn_start,
+	.ping = tmf_wait_ping,
+	.tmf = tmf_wait_tmf,
+	.tmf_answered = tmf_wait_answered,
+};
+
+/* ------------------------------------------------------------------ */
+/* big-sense, big-rsp: CHECK CONDITION (UNIT ATTENTION) with 252 bytes  */
+/* of sense; the SCSI layer must send the READ of block lba again.      */
+
+static struct retry_state {
+	bool armed;
+	uint64_t lba;	/* the last READ whose answer a mode replaced */
+} retry;
+
+static void retry_replaced(const struct cmd *k)
+{
+	retry.lba = k->lba;
+}
+
+/*
+ * CHECK CONDITION, UNIT ATTENTION (POWER ON, RESET, OR BUS DEVICE RESET
+ * OCCURRED: the SCSI layer retries the command) in a data segment of dlen
+ * bytes: SenseLength 252, the largest sense SPC allows (fixed format,
+ * additional length 244), then response data ('r') up to dlen. The READ's
+ * rkey is invalidated with it when rstag is non-zero.
+ */
+static int send_rsp_ua(struct conn *c, uint32_t itt, uint32_t rstag, uint32_t dlen)
+{
+	int i = tx_get(c);
+	uint8_t *p, *bhs, *d;
+
+	if (i < 0)
+		return -1;
+	p = pdu_start(c, i);
+	bhs = p + ISER_HDR;
+	bhs[0] = 0x21;
+	bhs[1] = 0x80;
+	bhs[3] = 0x02;
+	put32(bhs + 16, itt);
+	set_sn(c, bhs, true);
+	d = p + HDRS;
+	memset(d, 'r', dlen);
+	d[0] = 0;
+	d[1] = 252;
+	memset(d + 2, 0, 252);
+	d[2] = 0x70;
+	d[4] = 0x06;	/* UNIT ATTENTION */
+	d[9] = 244;
+	d[14] = 0x29;
+	for (int k = 20; k < 254; k++)
+		d[k] = (uint8_t)k;	/* sense-key specific and vendor bytes */
+	put24(bhs + 5, dlen);
+	return tx_post(c, i, HDRS + ((dlen + 3) & ~3u), rstag, rstag != 0);
+}
+
+/*
+ * The segment is 254 bytes (big-sense) or 8 KiB (big-rsp, the rest
+ * response data), the MaxRecvDataSegmentLength riser declares (.arg).
+ */
+static void big_sense_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	retry.armed = true;
+	send_rsp_ua(c, k->itt, k->rstag, (uint32_t)m->arg);
+}
+
+static bool retry_read(struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	if (retry.armed && k->lba == retry.lba) {
+		retry.armed = false;
+		printf("evil: retried READ of block %llu, itt 0x%08x: served\n",
+		       (unsigned long long)k->lba, k->itt);
+		fflush(stdout);
+	}
+	return false;
+}
+
+static const struct aftermath retry_after = {
+	.read = retry_read,
+	.replaced = retry_replaced,
+};
+
+/* ------------------------------------------------------------------ */
+/* wrong-data, lost-write: a broken target, to show by hand that        */
+/* hostile.sh's checks can fail. wrong-data: the trigger READ gets the  */
+/* next block's data, status GOOD; lost-write: the READ is served, and  */
+/* the next WRITE of block LOST_LBA is answered GOOD unread.            */
+
+#define LOST_LBA 4096
+static struct lost_write_state {
+	bool armed;
+} lost;
+
+static bool wrong_data_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	bool wrong = m->arg;
+
+	if (push_data(c, k, k->off + (wrong ? 4096 : 0)))
+		return true;
+	fire();
+	lost.armed = !wrong;
+	rsp_good(c, k);
+	return true;
+}
+
+static bool lost_write(struct conn *c, const struct cmd *k)
+{
+	if (!lost.armed || k->lba != LOST_LBA)
+		return false;
+	lost.armed = false;
+	printf("evil: lost-write: WRITE itt 0x%08x answered GOOD, its data not read\n", k->itt);
+	fflush(stdout);
+	send_rsp(c, k->itt, 0, 0, 0, 0, false, 0);
+	return true;
+}
+
+static const struct aftermath lost_write_after = {
+	.write = lost_write,
+};
+
+/* ------------------------------------------------------------------ */
+/* ping: the READ's response, then NOP-In pings (ITT reserved, TTT      */
+/* valid, StatSN not advanced), one at a time, each when the last is    */
+/* answered; the initiator must answer each with a NOP-Out echoing it.  */
+
+#define PINGS 600
+#define PING_TTT 0x50000000u
+static struct ping_state {
+	int sent;	/* 0: none going on */
+} ping;
+
+static void ping_next(struct conn *c)
+{
+	send_simple(c, 0x20, 0xffffffff, PING_TTT + ping.sent, false, NULL, 0);
+	ping.sent++;
+}
+
+static void ping_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	rsp_good(c, k);
+	ping.sent = 0;
+	ping_next(c);
+}
+
+/* A NOP-Out with the reserved ITT: the answer to a ping. */
+static bool ping_answered(struct conn *c, uint32_t ttt, const uint8_t *data, uint32_t dlen)
+{
+	(void)data;
+	(void)dlen;
+	if (!ping.sent)
+		return false;
+	if (ttt != PING_TTT + ping.sent - 1) {
+		printf("evil: ping answer with TTT 0x%08x, expected 0x%08x\n", ttt,
+		       PING_TTT + ping.sent - 1);
+		fflush(stdout);
+		ping.sent = 0;
+	} else if (ping.sent < PINGS) {
+		ping_next(c);
+	} else {
+		printf("evil: pings answered %d\n", ping.sent);
+		fflush(stdout);
+		ping.sent = 0;
+	}
+	return true;
+}
+
+static void ping_conn_start(void)
+{
+	memset(&ping, 0, sizeof(ping));
+}
+
+static const struct aftermath ping_after = {
+	.conn_start = ping_conn_start,
+	.nop_answer = ping_answered,
+};
+
+/* ------------------------------------------------------------------ */
+/* nop-data: the READ's response, then a ping (valid TTT) with 200      */
+/* bytes; big-nop: a NOP-In (no ping) with 8 KiB.                       */
+
+#define NOP_DATA_TTT 0x4e000001u
+
+static void nop_data_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	rsp_good(c, k);
+	send_nopin(c, NOP_DATA_TTT, 200, 0, false);
+}
+
+/* Its answer: says whether the ping's data came back. */
+static bool nop_data_answered(struct conn *c, uint32_t ttt, const uint8_t *data, uint32_t dlen)
+{
+	(void)c;
+	if (ttt != NOP_DATA_TTT)
+		return false;
+	printf("evil: nop-data: ping answered, TTT 0x%08x echoed, %u bytes of data%s\n",
+	       NOP_DATA_TTT, dlen,
+	       dlen == 200 && data[0] == 'n' && data[199] == 'n' ? " (the ping's)" : "");
+	fflush(stdout);
+	return true;
+}
+
+static const struct aftermath nop_data_after = {
+	.nop_answer = nop_data_answered,
+};
+
+static void big_nop_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	rsp_good(c, k);
+	send_nopin(c, 0xffffffff, MAX_DSL, 0, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* logout-ping: armed by its trigger READ (served normally), fired by   */
+/* the next NOP-Out ping: a Logout Response with the ping's ITT, and a  */
+/* hang-up 100 ms later.                                                */
+
+static struct logout_ping_state {
+	bool armed;
+} logout_ping;
+
+static bool logout_ping_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	(void)c;
+	(void)k;
+	logout_ping.armed = true;
+	printf("evil: logout-ping armed at %.3f: the next NOP-Out ping gets a Logout Response\n",
+	       now_s());
+	fflush(stdout);
+	return false;
+}
+
+static bool logout_ping_ping(const struct misbehaviour *m, struct conn *c, uint32_t itt)
+{
+	(void)m;
+	if (!logout_ping.armed)
+		return false;
+	logout_ping.armed = false;
+	fire();
+	/* In the kernel log first: the test times riser's answer from it. */
+	kmsg("evil: logout-ping: Logout Response sent");
+	send_simple(c, 0x26, itt, 0, true, NULL, 0);
+	hangup_in(100);
+	printf("evil: Logout Response sent for NOP-Out itt 0x%08x at %.3f\n", itt, now_s());
+	fflush(stdout);
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* burst-max, burst-min (-u only): from the next operational login      */
+/* stage on, FirstBurstLength and MaxBurstLength are answered with at   */
+/* most 2^24 - 1 (the most RFC 7143 allows) or 512 (the least). A burst */
+/* mode fires on the first login, and then only on the first login      */
+/* after a Logout Request: the reconnection of a failed connection      */
+/* keeps the session's bursts.                                          */
+
+#define BURST_MAX 16777215u
+#define BURST_MIN 512u
+static struct burst_state {
+	bool ready;
+	bool seen;	/* a burst mode fired on this connection */
+} burst = { .ready = true };
+
+static void burst_login(const struct misbehaviour *m, struct conn *c, struct login_ans *a)
+{
+	(void)c;
+	(void)a;
+	if (burst.seen || !burst.ready)
+		return;
+	burst.seen = true;
+	burst.ready = false;
+	burst_cap = (uint32_t)m->arg;
+	fire();
+}
+
+static void burst_logout(void)
+{
+	burst.ready = true;
+}
+
+static void burst_conn_start(void)
+{
+	burst.seen = false;
+}
+
+static const struct aftermath burst_after = {
+	.conn_start = burst_conn_start,
+	.logout = burst_logout,
+};
+
+/* ------------------------------------------------------------------ */
+/* cm-rsvd, cm-short, cm-long: the iSER CM header in the accept (REP)   */
+/* spoilt. cm-rsvd: every reserved bit set (flags byte and the three    */
+/* reserved bytes), beside Z; cm-short: two bytes, a header cut short   */
+/* (the CM pads it with zeros); cm-long: the most private data a REP    */
+/* carries, 196 bytes (the CM refuses more, on the target's side), a    */
+/* valid header and 192 bytes of garbage.                               */
+
+enum { CM_RSVD, CM_SHORT, CM_LONG };
+#define CM_REP_MAX 196
+
+static void cm_garbage(const struct misbehaviour *m, struct rdma_conn_param *cp)
+{
+	static uint8_t g[CM_REP_MAX];
+
+	memset(g, 0, sizeof(g));
+	if (m->arg == CM_RSVD) {
+		g[0] = 0xbf;	/* Z, not I, every reserved bit */
+		memset(g + 1, 0xff, 3);
+		cp->private_data_len = 4;
+	} else if (m->arg == CM_SHORT) {
+		g[0] = 0x80;
+		g[1] = 0x5a;
+		cp->private_data_len = 2;
+	} else {
+		g[0] = 0x80;
+		for (int i = 4; i < CM_REP_MAX; i++)
+			g[i] = (uint8_t)(0xa5 ^ i);
+		cp->private_data_len = CM_REP_MAX;
+	}
+	cp->private_data = g;
+	fire();
+	printf("evil: %s: accept carries %u bytes of private data: %02x %02x %02x %02x ...\n",
+	       m->name, cp->private_data_len, g[0], g[1], g[2], g[3]);
+	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ */
+/* login-long, login-dsl, login-bad: the next Login Response spoilt.    */
+
+/* login-long: a login response far longer than any receive buffer. */
+static void login_long(const struct misbehaviour *m, struct conn *c, struct login_ans *a)
+{
+	(void)m;
+	(void)c;
+	fire();
+	memset(a->d + a->len, 'x', 2 * MAX_DSL);
+	a->post = HDRS + a->len + 2 * MAX_DSL;
+}
+
+/* login-dsl: the header claims more data than the send carries. */
+static void login_dsl(const struct misbehaviour *m, struct conn *c, struct login_ans *a)
+{
+	(void)m;
+	(void)c;
+	fire();
+	put24(a->r + 5, a->len + 4000);
+}
+
+/* login-bad: a non-login opcode during login. */
+static void login_bad(const struct misbehaviour *m, struct conn *c, struct login_ans *a)
+{
+	(void)m;
+	(void)c;
+	fire();
+	a->r[0] = 0x21;
+}
+
+/* ------------------------------------------------------------------ */
+/* The modes that take the trigger READ over or replace its answer.     */
+
+static bool drop_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	(void)k;
+	fire();
+	rdma_disconnect(c->id);
+	return true;
+}
+
+/* A send buffer with the iSER header set, its BHS in *bhs; -1: none. */
+static int pdu_new(struct conn *c, uint8_t **p, uint8_t **bhs)
+{
+	int i = tx_get(c);
+
+	if (i < 0)
+		return -1;
+	*p = pdu_start(c, i);
+	*bhs = *p + ISER_HDR;
+	return i;
+}
+
+/* short: a 20-byte SEND (less than the iSER header and BHS). */
+static void short_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint8_t *p, *bhs;
+	int i = pdu_new(c, &p, &bhs);
+
+	(void)m;
+	(void)k;
+	if (i < 0)
+		return;
+	bhs[0] = 0x21;
+	tx_post(c, i, 20, 0, false);
+}
+
+/*
+ * dsl-long: a SCSI Response whose DataSegmentLength says 4000 bytes, 16
+ * sent; overrun: one of 16 KiB, into the initiator's 8 KiB receive.
+ */
+static void dsl_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	bool overrun = m->arg;
+	uint8_t *p, *bhs;
+	int i = pdu_new(c, &p, &bhs);
+
+	if (i < 0)
+		return;
+	bhs[0] = 0x21;
+	bhs[1] = 0x80;
+	put24(bhs + 5, overrun ? 2 * MAX_DSL : 4000);
+	put32(bhs + 16, k->itt);
+	set_sn(c, bhs, true);
+	if (!overrun) {
+		tx_post(c, i, HDRS + 16, 0, false);
+		return;
+	}
+	memset(p + HDRS, 'o', 2 * MAX_DSL);
+	tx_post(c, i, HDRS + 2 * MAX_DSL, 0, false);
+}
+
+static void unknown_itt_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	(void)k;
+	send_rsp(c, 0x00ff7777, 0, 0, 0, 0, false, 0);
+}
+
+/*
+ * data-in, r2t: the PDUs iSER replaces with RDMA: a Data-In carrying the
+ * READ's status (F and S bits), or an R2T asking for 4 KiB.
+ */
+static void iscsi_only_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint8_t *p, *bhs;
+	int i = pdu_new(c, &p, &bhs);
+
+	if (i < 0)
+		return;
+	put32(bhs + 16, k->itt);
+	if (!m->arg) {
+		bhs[0] = 0x25;
+		bhs[1] = 0x81;
+		put32(bhs + 20, 0xffffffff);
+		set_sn(c, bhs, true);
+	} else {
+		bhs[0] = 0x31;
+		bhs[1] = 0x80;
+		put32(bhs + 20, 0x31000000);	/* TTT */
+		set_sn(c, bhs, false);
+		put32(bhs + 44, 4096);		/* Desired Data Transfer Length */
+	}
+	tx_post(c, i, HDRS, 0, false);
+}
+
+/*
+ * reject: a Reject (protocol error) of the READ's command, its header in
+ * the data segment; the READ stays unanswered.
+ */
+static void reject_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint8_t *p, *bhs;
+	int i = pdu_new(c, &p, &bhs);
+
+	(void)m;
+	if (i < 0)
+		return;
+	bhs[0] = 0x3f;
+	bhs[1] = 0x80;
+	bhs[2] = 0x04;
+	put24(bhs + 5, BHS);
+	put32(bhs + 16, 0xffffffff);
+	set_sn(c, bhs, true);
+	memset(p + HDRS, 0, BHS);
+	p[HDRS] = 0x01;
+	p[HDRS + 1] = 0xc0;
+	put32(p + HDRS + 16, k->itt);
+	tx_post(c, i, HDRS + BHS, 0, false);
+}
+
+/* stale-itt: the real response, then the same one again. */
+static void stale_itt_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	send_rsp(c, k->itt, 0, 0, 0, 0, false, 0);
+	send_rsp(c, k->itt, 0, 0, 0, 0, false, 0);
+}
+
+/* inv-bad: SEND_WITH_INV naming an rkey that does not exist. */
+static void inv_bad_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	c->inv_ok = true;
+	send_rsp(c, k->itt, 0, 0, 0, 0, true, k->rstag ^ 0x5a);
+}
+
+/*
+ * inv-global: the READ's response by SEND_WITH_INV of the STag it was
+ * given, whatever the initiator's CM header said. With always_register=0 a
+ * one-segment READ's STag is the PD's global rkey: the same for the
+ * priming READ, which the target says.
+ */
+static void inv_global_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	printf("evil: inv-global: READ itt 0x%08x STag 0x%08x, the priming READ's 0x%08x: %s; initiator's CM header %s Send with Invalidate\n",
+	       k->itt, k->rstag, c->prime_rstag,
+	       k->rstag == c->prime_rstag ? "same key" : "another key",
+	       c->inv_ok ? "takes" : "refuses");
+	fflush(stdout);
+	c->inv_ok = true;
+	send_rsp(c, k->itt, 0, 0, 0, 0, true, k->rstag);
+}
+
+/* bad-version, bad-flags, ahs, bad-opcode: a SCSI Response with a bad header. */
+enum { BAD_VERSION, BAD_FLAGS, BAD_AHS, BAD_OPCODE };
+
+static void bad_header_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint8_t *p, *bhs;
+	int i = pdu_new(c, &p, &bhs);
+
+	if (i < 0)
+		return;
+	bhs[0] = 0x21;
+	bhs[1] = 0x80;
+	put32(bhs + 16, k->itt);
+	set_sn(c, bhs, true);
+	if (m->arg == BAD_VERSION)
+		p[0] = 0x20;	/* iSER Hello Reply, not iSCSI control */
+	else if (m->arg == BAD_FLAGS)
+		p[0] = 0x18;	/* a target advertising a write STag */
+	else if (m->arg == BAD_AHS)
+		bhs[4] = 4;	/* an AHS that is not there */
+	else
+		bhs[0] = 0x1f;	/* an opcode no target sends */
+	tx_post(c, i, HDRS, 0, false);
+}
+
+/* flood-nop: 3000 NOP-Ins; flooding is legal: the READ still gets its response. */
+static void flood_nop_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	for (int n = 0; n < 3000 && !c->closing; n++)
+		send_simple(c, 0x20, 0xffffffff, 0xffffffff, false, NULL, 0);
+	rsp_good(c, k);
+}
+
+/* flood-async: 1000 Async Messages, AsyncEvent 255: vendor specific; iscsid logs it. */
+static void flood_async_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	for (int n = 0; n < 1000 && !c->closing; n++) {
+		uint8_t *p, *bhs;
+		int i = pdu_new(c, &p, &bhs);
+
+		if (i < 0)
+			return;
+		bhs[0] = 0x32;
+		bhs[1] = 0x80;
+		put32(bhs + 16, 0xffffffff);
+		put32(bhs + 20, 0xffffffff);
+		set_sn(c, bhs, true);
+		bhs[36] = 255;
+		tx_post(c, i, HDRS, 0, false);
+	}
+	rsp_good(c, k);
+}
+
+/* logout-unprompted: the READ's response, then a Logout Response naming its ITT. */
+static void logout_unprompted_reply(const struct misbehaviour *m, struct conn *c,
+				    const struct cmd *k)
+{
+	(void)m;
+	rsp_good(c, k);
+	send_simple(c, 0x26, k->itt, 0, true, NULL, 0);
+}
+
+/*
+ * The READ's response, then an Async Message (.arg: AsyncEvent):
+ * async-logout, 1: a request to log out within 2 s (Parameter3), whose
+ * Logout Request gets its answer; async-dropconn, 2: "dropping connection
+ * 0" with Time2Wait 2 s, async-dropall, 3: all connections, 20 s (longer
+ * than a reconnect takes under TCG, so that the wait shows), both with
+ * Time2Retain 30 s and the hang-up 200 ms later; async-negotiate, 4: a
+ * request to renegotiate parameters (a Text exchange) within 2 s.
+ */
+static void async_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	rsp_good(c, k);
+	switch (m->arg) {
+	case 1:
+	case 4:
+		send_async(c, (uint8_t)m->arg, 0, 0, 2);
+		break;
+	case 2:
+	case 3:
+		send_async(c, (uint8_t)m->arg, 0, m->arg == 2 ? 2 : 20, 30);
+		hangup_in(200);
+		break;
+	}
+}
+
+/* inv-nonresp: a NOP-In that invalidates the READ's rkey, then the READ's
+ * response by plain SEND. */
+static void inv_nonresp_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	c->inv_ok = true;
+	send_nopin(c, 0xffffffff, 0, k->rstag, true);
+	send_rsp(c, k->itt, 0, 0, 0, 0, false, 0);
+}
+
+/* ff-login: the READ's response, then a Login Response (final, into the
+ * full-feature phase) naming its ITT. */
+static void ff_login_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	uint8_t *p, *bhs;
+	int i;
+
+	(void)m;
+	rsp_good(c, k);
+	i = pdu_new(c, &p, &bhs);
+	if (i < 0)
+		return;
+	bhs[0] = 0x23;
+	bhs[1] = 0x80 | (1 << 2) | 3;
+	bhs[15] = 1;	/* TSIH */
+	put32(bhs + 16, k->itt);
+	set_sn(c, bhs, true);
+	tx_post(c, i, HDRS, 0, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* The table. Its order is the usage's; modes_table[0] is "none".       */
+
+#define READ_REPLY(n, ph, hook, a) \
+	{ .name = n, .phase = ph, .trigger = TR_READ, .reply = hook, .arg = a }
+
+static const struct misbehaviour modes_table[] = {
+	{ .name = "none", .phase = PH_NONE, .trigger = TR_NONE },
+	READ_REPLY("short", PH_SCSI, short_reply, 0),
+	READ_REPLY("dsl-long", PH_SCSI, dsl_reply, 0),
+	READ_REPLY("overrun", PH_SCSI, dsl_reply, 1),
+	READ_REPLY("unknown-itt", PH_SCSI, unknown_itt_reply, 0),
+	READ_REPLY("stale-itt", PH_SCSI, stale_itt_reply, 0),
+	{ .name = "inv-other", .phase = PH_SCSI, .trigger = TR_READ,
+	  .read = inv_other_read, .waiting = inv_other_waiting, .after = { &inv_other_after } },
+	READ_REPLY("inv-bad", PH_SCSI, inv_bad_reply, 0),
+	READ_REPLY("bad-version", PH_SCSI, bad_header_reply, BAD_VERSION),
+	READ_REPLY("bad-flags", PH_SCSI, bad_header_reply, BAD_FLAGS),
+	READ_REPLY("ahs", PH_SCSI, bad_header_reply, BAD_AHS),
+	READ_REPLY("bad-opcode", PH_SCSI, bad_header_reply, BAD_OPCODE),
+	READ_REPLY("flood-nop", PH_NOP, flood_nop_reply, 0),
+	READ_REPLY("flood-async", PH_ASYNC, flood_async_reply, 0),
+	{ .name = "silent", .phase = PH_SCSI, .trigger = TR_READ,
+	  .read = silent_read, .arg = SILENT_SOME, .after = { &silent_after } },
+	{ .name = "silent-all", .phase = PH_TMF, .trigger = TR_READ,
+	  .read = silent_read, .arg = SILENT_ALL, .after = { &silent_after } },
+	{ .name = "login-long", .phase = PH_LOGIN, .trigger = TR_LOGIN, .login = login_long },
+	{ .name = "login-dsl", .phase = PH_LOGIN, .trigger = TR_LOGIN, .login = login_dsl },
+	{ .name = "login-bad", .phase = PH_LOGIN, .trigger = TR_LOGIN, .login = login_bad },
+	{ .name = "drop", .phase = PH_CONN, .trigger = TR_READ, .read = drop_read },
+	{ .name = "ping", .phase = PH_NOP, .trigger = TR_READ, .reply = ping_reply,
+	  .after = { &ping_after } },
+	{ .name = "late-write", .phase = PH_RDMA, .trigger = TR_READ, .read = late_write_read,
+	  .after = { &late_after } },
+	{ .name = "late-read", .phase = PH_RDMA, .trigger = TR_WRITE, .write = late_read_write,
+	  .after = { &late_after } },
+	{ .name = "late-abort", .phase = PH_TMF, .trigger = TR_READ, .read = tmf_wait_read,
+	  .arg = ABORT_LATE, .after = { &tmf_wait_after, &late_after } },
+	{ .name = "early-status", .phase = PH_SCSI, .trigger = TR_WRITE, .write = early_write,
+	  .after = { &early_after } },
+	{ .name = "logout-ping", .phase = PH_NOP, .trigger = TR_READ_PING,
+	  .read = logout_ping_read, .ping = logout_ping_ping, .after = { &hangup_after } },
+	READ_REPLY("data-in", PH_SCSI, iscsi_only_reply, 0),
+	READ_REPLY("r2t", PH_SCSI, iscsi_only_reply, 1),
+	READ_REPLY("reject", PH_SCSI, reject_reply, 0),
+	/* A broken target, to show by hand that hostile.sh's checks can fail. */
+	{ .name = "wrong-data", .phase = PH_SCSI, .trigger = TR_READ, .read = wrong_data_read,
+	  .arg = 1, .after = { &lost_write_after } },
+	{ .name = "lost-write", .phase = PH_SCSI, .trigger = TR_READ, .read = wrong_data_read,
+	  .arg = 0, .after = { &lost_write_after } },
+	/* Each in a phase of its own (hostile.sh). */
+	{ .name = "cm-rsvd", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
+	  .arg = CM_RSVD },
+	{ .name = "cm-short", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
+	  .arg = CM_SHORT },
+	{ .name = "cm-long", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
+	  .arg = CM_LONG },
+	{ .name = "burst-max", .phase = PH_LOGIN, .trigger = TR_LOGIN_OP, .login = burst_login,
+	  .arg = BURST_MAX, .after = { &burst_after } },
+	{ .name = "burst-min", .phase = PH_LOGIN, .trigger = TR_LOGIN_OP, .login = burst_login,
+	  .arg = BURST_MIN, .after = { &burst_after } },
+	READ_REPLY("inv-global", PH_SCSI, inv_global_reply, 0),
+	READ_REPLY("logout-unprompted", PH_ASYNC, logout_unprompted_reply, 0),
+	READ_REPLY("async-logout", PH_ASYNC, async_reply, 1),
+	{ .name = "async-dropconn", .phase = PH_ASYNC, .trigger = TR_READ, .reply = async_reply,
+	  .arg = 2, .after = { &hangup_after } },
+	{ .name = "async-dropall", .phase = PH_ASYNC, .trigger = TR_READ, .reply = async_reply,
+	  .arg = 3, .after = { &hangup_after } },
+	READ_REPLY("async-negotiate", PH_ASYNC, async_reply, 4),
+	{ .name = "nop-data", .phase = PH_NOP, .trigger = TR_READ, .reply = nop_data_reply,
+	  .after = { &nop_data_after } },
+	READ_REPLY("big-nop", PH_NOP, big_nop_reply, 0),
+	{ .name = "big-sense", .phase = PH_SCSI, .trigger = TR_READ, .reply = big_sense_reply,
+	  .arg = 254, .after = { &retry_after } },
+	{ .name = "big-rsp", .phase = PH_SCSI, .trigger = TR_READ, .reply = big_sense_reply,
+	  .arg = MAX_DSL, .after = { &retry_after } },
+	READ_REPLY("inv-nonresp", PH_NOP, inv_nonresp_reply, 0),
+	{ .name = "inv-nomr", .phase = PH_SCSI, .trigger = TR_READ, .read = inv_nomr_read,
+	  .after = { &inv_nomr_after } },
+	{ .name = "stale-held", .phase = PH_CONN, .trigger = TR_READ, .read = stale_held_read,
+	  .after = { &stale_held_after } },
+	READ_REPLY("ff-login", PH_LOGIN, ff_login_reply, 0),
+	{ .name = "tmf-spoof", .phase = PH_TMF, .trigger = TR_READ, .read = tmf_wait_read,
+	  .arg = ABORT_SPOOF, .after = { &tmf_wait_after, &late_after } },
+	{ .name = "tmf-dup", .phase = PH_TMF, .trigger = TR_READ, .read = tmf_wait_read,
+	  .arg = ABORT_DUP, .after = { &tmf_wait_after, &late_after } },
+	{ .name = "itt-junk", .phase = PH_SCSI, .trigger = TR_READ, .read = itt_junk_read,
+	  .after = { &late_after } },
+	{ .name = "silent-redo", .phase = PH_TMF, .trigger = TR_READ, .read = silent_read,
+	  .arg = SILENT_REDO, .after = { &silent_after, &redo_after } },
+};
+#define NMODES_TABLE (sizeof(modes_table) / sizeof(modes_table[0]))
+
+/*
+ * The aftermaths, in the order the core consults them at each point: at a
+ * SCSI command early-status's, stale-held's, the silence, inv-nomr's; at a
+ * READ silent-redo's before big-sense's; at a NOP-Out answer nop-data's
+ * before the pings'; the timers late RDMA, silent-redo, hang-up. Every
+ * aftermath of the table must be here (main checks).
+ */
+static const struct aftermath *const afters[] = {
+	&early_after, &late_after, &stale_held_after, &silent_after, &inv_nomr_after,
+	&redo_after, &retry_after, &lost_write_after, &inv_other_after, &nop_data_after,
+	&ping_after, &tmf_wait_after, &hangup_after, &burst_after,
+};
+#define NAFTERS (sizeof(afters) / sizeof(afters[0]))
+
+/* Calls hook of every aftermath that has one; stops at the first true. */
+#define AFTER_ANY(hook, ...) ({							\
+	bool done_ = false;							\
+	for (size_t a_ = 0; a_ < NAFTERS && !done_; a_++)			\
+		if (afters[a_]->hook)						\
+			done_ = afters[a_]->hook(__VA_ARGS__);			\
+	done_;									\
+})
+#define AFTER_ALL(hook, ...) do {						\
+	for (size_t a_ = 0; a_ < NAFTERS; a_++)					\
+		if (afters[a_]->hook)						\
+			afters[a_]->hook(__VA_ARGS__);				\
+} while (0)
+
+/* ================================================================== */
+/* The core's protocol, calling the current mode's and the aftermaths' */
+/* hooks                                                               */
+/* ================================================================== */
+
+static void fire(void)
+{
+	printf("evil: fired %s\n", mode->name);
+	fflush(stdout);
+	next_mode++;
+	mode = next_mode < nmodes ? modes[next_mode] : &modes_table[0];
+}
+
+static struct conn *conn_new(struct rdma_cm_event *ev);
+
+static void conn_free(struct conn *c)
+{
+	if (!c)
+		return;
+	if (c->id->qp)
+		rdma_destroy_qp(c->id);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	if (c->ch)
+		ibv_destroy_comp_channel(c->ch);
+	if (c->rx_mr)
+		ibv_dereg_mr(c->rx_mr);
+	if (c->tx_mr)
+		ibv_dereg_mr(c->tx_mr);
+	if (c->disk_mr)
+		ibv_dereg_mr(c->disk_mr);
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	free(c->rx);
+	free(c->tx);
+	rdma_destroy_id(c->id);
+	free(c);
+}
+
+/* The connection ends: what the modes left on it says so, then it goes. */
+static void conn_end(struct conn *c)
+{
+	AFTER_ALL(conn_end, c);
+	conn_free(c);
+}
+
+/*
+ * Handles the CM events that are there, without waiting. Called from the
+ * main loop and while waiting for send buffers (a flood must notice that the
+ * initiator went away). A connection the CM ends is marked dead; the main
+ * loop frees it.
+ */
+static void cm_poll(void)
+{
+	struct rdma_cm_event *ev;
+
+	while (rdma_get_cm_event(ec, &ev) == 0) {
+		enum rdma_cm_event_type t = ev->event;
+		struct rdma_cm_id *id = ev->id;
+
+		logv("cm event %s\n", rdma_event_str(t));
+		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			/* A mode may give the current connection up (silent-all). */
+			if (cur && !cur->dead && AFTER_ANY(conn_request, cur)) {
+				rdma_disconnect(cur->id);
+				conn_end(cur);
+				cur = NULL;
+			}
+			if (cur) {
+				/* One connection at a time: the initiator retries. */
+				rdma_ack_cm_event(ev);
+				rdma_reject(id, NULL, 0);
+				rdma_destroy_id(id);
+				continue;
+			}
+			cur = conn_new(ev);
+			rdma_ack_cm_event(ev);
+			if (cur)
+				printf("evil: connection accepted at %.3f\n", now_s());
+			fflush(stdout);
+			continue;
+		}
+		rdma_ack_cm_event(ev);
+		if (cur && id == cur->id && !cur->dead &&
+		    (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+		     t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_UNREACHABLE)) {
+			printf("evil: connection closed (%s) at %.3f\n", rdma_event_str(t), now_s());
+			fflush(stdout);
+			cur->dead = true;
+			cur->closing = true;
+		}
+	}
+}
+
 static void put_text(uint8_t *d, size_t *len, const char *key, const char *val)
 {
 	*len += (size_t)sprintf((char *)d + *len, "%s=%s", key, val) + 1;
 }
 
-/*
- * burst-max, burst-min (-u only): from this login on, answer
- * FirstBurstLength and MaxBurstLength with at most 2^24 - 1 or 512.
- */
-static void burst_fire(struct conn *c)
+/* The answer to one login key, appended to the response's data. */
+static void login_key(struct conn *c, uint8_t *d, size_t *len, const char *kv, const char *val)
 {
-	if (c->burst_seen || !burst_ready || (!armed(M_BURST_MAX) && !armed(M_BURST_MIN)))
+	if (!strcmp(kv, "InitiatorName") || !strcmp(kv, "InitiatorAlias") ||
+	    !strcmp(kv, "TargetName") || !strcmp(kv, "SessionType") ||
+	    !strcmp(kv, "MaxRecvDataSegmentLength") ||
+	    !strcmp(kv, "InitiatorRecvDataSegmentLength") ||
+	    !strcmp(kv, "TargetRecvDataSegmentLength"))
 		return;
-	c->burst_seen = true;
-	burst_ready = false;
-	burst_cap = armed(M_BURST_MAX) ? BURST_MAX : BURST_MIN;
-	fire();
+	if (!strcmp(kv, "AuthMethod")) {
+		put_text(d, len, kv, "None");
+	} else if (!strcmp(kv, "ImmediateData")) {
+		put_text(d, len, kv, unsol_mrdsl ? val : "No");
+	} else if (!strcmp(kv, "InitialR2T")) {
+		put_text(d, len, kv, unsol_mrdsl ? val : "Yes");
+	} else if (unsol_mrdsl && (!strcmp(kv, "FirstBurstLength") ||
+				   !strcmp(kv, "MaxBurstLength"))) {
+		char v[16];
+		unsigned long n = strtoul(val, NULL, 0);
+
+		n = n < burst_cap ? n : burst_cap;
+		snprintf(v, sizeof(v), "%lu", n);
+		put_text(d, len, kv, v);
+		if (!strcmp(kv, "FirstBurstLength"))
+			c->first_burst = (uint32_t)n;
+		printf("evil: login: %s offered %s, answered %lu\n", kv, val, n);
+		fflush(stdout);
+	} else {
+		put_text(d, len, kv, val);
+	}
 }
 
-/* Login: answer each stage; the operational stage takes the initiator's keys. */
-static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
+/* The keys of a login stage csg answered, and the target's own. */
+static size_t login_keys(struct conn *c, uint8_t *d, uint8_t csg, uint8_t *data, uint32_t dlen)
 {
-	int i = tx_get(c);
-	uint8_t *p, *r, *d;
-	uint8_t csg = (bhs[1] >> 2) & 3, nsg = bhs[1] & 3;
-	bool transit = bhs[1] & 0x80;
 	size_t len = 0, off = 0;
 
-	if (i < 0)
-		return;
-	if (csg == 1 && unsol_mrdsl)
-		burst_fire(c);
-	p = pdu_start(c, i);
-	r = p + ISER_HDR;
-	d = p + HDRS;
-	r[0] = 0x23;
-	r[1] = (transit ? 0x80 : 0) | (csg << 2) | (transit ? nsg : 0);
-	memcpy(r + 8, bhs + 8, 6);	/* ISID */
-	put32(r + 16, be32(bhs + 16));
-	c->exp_cmdsn = be32(bhs + 24);
-	if (c->statsn == 0)
-		c->statsn = 1;
-	if (transit && nsg == 3)
-		r[15] = 1;	/* TSIH */
 	while (off < dlen) {
 		char *kv = (char *)data + off;
 		size_t n = strnlen(kv, dlen - off);
@@ -999,33 +2383,7 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 			continue;
 		*eq = 0;
 		logv("login key %s=%s\n", kv, eq + 1);
-		if (!strcmp(kv, "InitiatorName") || !strcmp(kv, "InitiatorAlias") ||
-		    !strcmp(kv, "TargetName") || !strcmp(kv, "SessionType") ||
-		    !strcmp(kv, "MaxRecvDataSegmentLength") ||
-		    !strcmp(kv, "InitiatorRecvDataSegmentLength") ||
-		    !strcmp(kv, "TargetRecvDataSegmentLength"))
-			continue;
-		if (!strcmp(kv, "AuthMethod")) {
-			put_text(d, &len, kv, "None");
-		} else if (!strcmp(kv, "ImmediateData")) {
-			put_text(d, &len, kv, unsol_mrdsl ? eq + 1 : "No");
-		} else if (!strcmp(kv, "InitialR2T")) {
-			put_text(d, &len, kv, unsol_mrdsl ? eq + 1 : "Yes");
-		} else if (unsol_mrdsl && (!strcmp(kv, "FirstBurstLength") ||
-					   !strcmp(kv, "MaxBurstLength"))) {
-			char v[16];
-			unsigned long n = strtoul(eq + 1, NULL, 0);
-
-			n = n < burst_cap ? n : burst_cap;
-			snprintf(v, sizeof(v), "%lu", n);
-			put_text(d, &len, kv, v);
-			if (!strcmp(kv, "FirstBurstLength"))
-				c->first_burst = (uint32_t)n;
-			printf("evil: login: %s offered %s, answered %lu\n", kv, eq + 1, n);
-			fflush(stdout);
-		} else {
-			put_text(d, &len, kv, eq + 1);
-		}
+		login_key(c, d, &len, kv, eq + 1);
 	}
 	if (csg == 0)
 		put_text(d, &len, "TargetPortalGroupTag", "1");
@@ -1038,26 +2396,40 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 	} else if (csg == 1) {
 		put_text(d, &len, "TargetRecvDataSegmentLength", "8192");
 	}
-	put24(r + 5, len);
-	set_sn(c, r, true);
-	if (armed(M_LOGIN_LONG)) {
-		/* A login response far longer than any receive buffer. */
-		fire();
-		memset(d + len, 'x', 2 * MAX_DSL);
-		tx_post(c, i, HDRS + len + 2 * MAX_DSL, 0, false);
+	return len;
+}
+
+/* Login: answer each stage; the operational stage takes the initiator's keys. */
+static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
+{
+	struct login_ans a = { .i = tx_get(c) };
+	uint8_t *p;
+	uint8_t csg = (bhs[1] >> 2) & 3, nsg = bhs[1] & 3;
+	bool transit = bhs[1] & 0x80;
+
+	if (a.i < 0)
 		return;
-	} else if (armed(M_LOGIN_DSL)) {
-		/* The header claims more data than the send carries. */
-		fire();
-		put24(r + 5, len + 4000);
-	} else if (armed(M_LOGIN_BAD)) {
-		/* A non-login opcode during login. */
-		fire();
-		r[0] = 0x21;
-	}
+	if (csg == 1 && unsol_mrdsl && mode->trigger == TR_LOGIN_OP)
+		mode->login(mode, c, &a);
+	p = pdu_start(c, a.i);
+	a.r = p + ISER_HDR;
+	a.d = p + HDRS;
+	a.r[0] = 0x23;
+	a.r[1] = (transit ? 0x80 : 0) | (csg << 2) | (transit ? nsg : 0);
+	memcpy(a.r + 8, bhs + 8, 6);	/* ISID */
+	put32(a.r + 16, be32(bhs + 16));
+	c->exp_cmdsn = be32(bhs + 24);
+	if (c->statsn == 0)
+		c->statsn = 1;
 	if (transit && nsg == 3)
-		c->ffp = true;
-	tx_post(c, i, HDRS + ((len + 3) & ~3u), 0, false);
+		a.r[15] = 1;	/* TSIH */
+	a.len = login_keys(c, a.d, csg, data, dlen);
+	put24(a.r + 5, a.len);
+	set_sn(c, a.r, true);
+	a.post = HDRS + ((a.len + 3) & ~3u);
+	if (mode->trigger == TR_LOGIN)
+		mode->login(mode, c, &a);
+	tx_post(c, a.i, a.post, 0, false);
 }
 
 static int pend_new(struct conn *c)
@@ -1071,338 +2443,28 @@ static int pend_new(struct conn *c)
 	return -1;
 }
 
-/* ping: the next NOP-In ping (ITT reserved, TTT valid, StatSN not
- * advanced); the initiator must answer each with a NOP-Out echoing it. */
-static void ping_next(struct conn *c)
-{
-	send_simple(c, 0x20, 0xffffffff, PING_TTT + c->pings_sent, false, NULL, 0);
-	c->pings_sent++;
-}
-
-/* A NOP-Out with the reserved ITT: the answer to a ping. */
-static void ping_answered(struct conn *c, uint32_t ttt)
-{
-	if (!c->pings_sent)
-		return;
-	if (ttt != PING_TTT + c->pings_sent - 1) {
-		printf("evil: ping answer with TTT 0x%08x, expected 0x%08x\n", ttt,
-		       PING_TTT + c->pings_sent - 1);
-		fflush(stdout);
-		c->pings_sent = 0;
-		return;
-	}
-	if (c->pings_sent < PINGS) {
-		ping_next(c);
-		return;
-	}
-	printf("evil: pings answered %d\n", c->pings_sent);
-	fflush(stdout);
-	c->pings_sent = 0;
-}
-
-/*
- * inv-global: the READ's response by SEND_WITH_INV of the STag it was
- * given, whatever the initiator's CM header said. With always_register=0 a
- * one-segment READ's STag is the PD's global rkey: the same for the
- * priming READ, which the target says.
- */
-static void inv_global(struct conn *c, uint32_t itt, uint32_t rstag)
-{
-	printf("evil: inv-global: READ itt 0x%08x STag 0x%08x, the priming READ's 0x%08x: %s; initiator's CM header %s Send with Invalidate\n",
-	       itt, rstag, c->prime_rstag, rstag == c->prime_rstag ? "same key" : "another key",
-	       c->inv_ok ? "takes" : "refuses");
-	fflush(stdout);
-	c->inv_ok = true;
-	send_rsp(c, itt, 0, 0, 0, 0, true, rstag);
-}
-
-/* The misbehaviours that replace the response to a READ. */
-static void evil_read(struct conn *c, uint32_t itt, uint32_t rstag)
-{
-	enum mode m = mode;
-	int i;
-	uint8_t *p, *bhs;
-
-	fire();
-	switch (m) {
-	case M_SHORT:
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		p[ISER_HDR] = 0x21;
-		tx_post(c, i, 20, 0, false);
-		break;
-	case M_DSL_LONG:
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		bhs[0] = 0x21;
-		bhs[1] = 0x80;
-		put24(bhs + 5, 4000);
-		put32(bhs + 16, itt);
-		set_sn(c, bhs, true);
-		tx_post(c, i, HDRS + 16, 0, false);
-		break;
-	case M_OVERRUN:
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		bhs[0] = 0x21;
-		bhs[1] = 0x80;
-		put24(bhs + 5, 2 * MAX_DSL);
-		put32(bhs + 16, itt);
-		set_sn(c, bhs, true);
-		memset(p + HDRS, 'o', 2 * MAX_DSL);
-		tx_post(c, i, HDRS + 2 * MAX_DSL, 0, false);
-		break;
-	case M_UNKNOWN_ITT:
-		send_rsp(c, 0x00ff7777, 0, 0, 0, 0, false, 0);
-		break;
-	case M_DATA_IN:
-	case M_R2T:
-		/*
-		 * The PDUs iSER replaces with RDMA: a Data-In carrying the
-		 * READ's status (F and S bits), or an R2T asking for 4 KiB.
-		 */
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		put32(bhs + 16, itt);
-		if (m == M_DATA_IN) {
-			bhs[0] = 0x25;
-			bhs[1] = 0x81;
-			put32(bhs + 20, 0xffffffff);
-			set_sn(c, bhs, true);
-		} else {
-			bhs[0] = 0x31;
-			bhs[1] = 0x80;
-			put32(bhs + 20, 0x31000000);	/* TTT */
-			set_sn(c, bhs, false);
-			put32(bhs + 44, 4096);		/* Desired Data Transfer Length */
-		}
-		tx_post(c, i, HDRS, 0, false);
-		break;
-	case M_REJECT:
-		/*
-		 * A Reject (protocol error) of the READ's command, its header
-		 * in the data segment; the READ stays unanswered.
-		 */
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		bhs[0] = 0x3f;
-		bhs[1] = 0x80;
-		bhs[2] = 0x04;
-		put24(bhs + 5, BHS);
-		put32(bhs + 16, 0xffffffff);
-		set_sn(c, bhs, true);
-		memset(p + HDRS, 0, BHS);
-		p[HDRS] = 0x01;
-		p[HDRS + 1] = 0xc0;
-		put32(p + HDRS + 16, itt);
-		tx_post(c, i, HDRS + BHS, 0, false);
-		break;
-	case M_STALE_ITT:
-		/* The real response, then the same one again. */
-		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
-		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
-		break;
-	case M_INV_BAD:
-		c->inv_ok = true;
-		send_rsp(c, itt, 0, 0, 0, 0, true, rstag ^ 0x5a);
-		break;
-	case M_INV_GLOBAL:
-		inv_global(c, itt, rstag);
-		break;
-	case M_BAD_VERSION:
-	case M_BAD_FLAGS:
-	case M_AHS:
-	case M_BAD_OPCODE:
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		bhs[0] = 0x21;
-		bhs[1] = 0x80;
-		put32(bhs + 16, itt);
-		set_sn(c, bhs, true);
-		if (m == M_BAD_VERSION)
-			p[0] = 0x20;	/* iSER Hello Reply, not iSCSI control */
-		else if (m == M_BAD_FLAGS)
-			p[0] = 0x18;	/* a target advertising a write STag */
-		else if (m == M_AHS)
-			bhs[4] = 4;	/* an AHS that is not there */
-		else
-			bhs[0] = 0x1f;	/* an opcode no target sends */
-		tx_post(c, i, HDRS, 0, false);
-		break;
-	case M_FLOOD_NOP:
-		for (int n = 0; n < 3000 && !c->closing; n++)
-			send_simple(c, 0x20, 0xffffffff, 0xffffffff, false, NULL, 0);
-		/* Flooding is legal: the READ still gets its response. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		break;
-	case M_PING:
-		/* The READ's response, then pings, one answered at a time. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		c->pings_sent = 0;
-		ping_next(c);
-		break;
-	case M_FLOOD_ASYNC: {
-		/* AsyncEvent 255: vendor specific; iscsid logs it. */
-		for (int n = 0; n < 1000 && !c->closing; n++) {
-			i = tx_get(c);
-			if (i < 0)
-				return;
-			p = pdu_start(c, i);
-			bhs = p + ISER_HDR;
-			bhs[0] = 0x32;
-			bhs[1] = 0x80;
-			put32(bhs + 16, 0xffffffff);
-			put32(bhs + 20, 0xffffffff);
-			set_sn(c, bhs, true);
-			bhs[36] = 255;
-			tx_post(c, i, HDRS, 0, false);
-		}
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		break;
-	}
-	case M_LOGOUT_UNPROMPTED:
-		/* The READ's response, then a Logout Response naming its ITT. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_simple(c, 0x26, itt, 0, true, NULL, 0);
-		break;
-	case M_ASYNC_LOGOUT:
-		/* The READ's response, then a request to log out within 2 s
-		 * (Parameter3); the Logout Request gets its answer. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_async(c, 1, 0, 0, 2);
-		break;
-	case M_ASYNC_DROPCONN:
-	case M_ASYNC_DROPALL:
-		/*
-		 * The READ's response, then "dropping connection 0" with
-		 * Time2Wait 2 s (or all connections, 20 s: longer than a
-		 * reconnect takes under TCG, so that the wait shows), Time2Retain
-		 * 30 s, and the hang-up 200 ms later.
-		 */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		if (m == M_ASYNC_DROPCONN)
-			send_async(c, 2, 0, 2, 30);
-		else
-			send_async(c, 3, 0, 20, 30);
-		c->disc_on = true;
-		ts_after(&c->disc_due, 200);
-		break;
-	case M_ASYNC_NEGOTIATE:
-		/* The READ's response, then a request to renegotiate
-		 * parameters (a Text exchange) within 2 s. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_async(c, 4, 0, 0, 2);
-		break;
-	case M_NOP_DATA:
-		/* The READ's response, then a ping (valid TTT) with 200 bytes. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_nopin(c, NOP_DATA_TTT, 200, 0, false);
-		break;
-	case M_BIG_NOP:
-		/* The READ's response, then a NOP-In (no ping) with 8 KiB. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		send_nopin(c, 0xffffffff, MAX_DSL, 0, false);
-		break;
-	case M_BIG_SENSE:
-	case M_BIG_RSP:
-		/*
-		 * CHECK CONDITION (UNIT ATTENTION) with 252 bytes of sense: the
-		 * segment is 254 bytes (big-sense) or 8 KiB (big-rsp, the rest
-		 * response data), the MaxRecvDataSegmentLength riser declares.
-		 */
-		retry_armed = true;
-		send_rsp_ua(c, itt, rstag, m == M_BIG_SENSE ? 254 : MAX_DSL);
-		break;
-	case M_INV_NONRESP:
-		/* A NOP-In that invalidates the READ's rkey, then the READ's
-		 * response by plain SEND. */
-		c->inv_ok = true;
-		send_nopin(c, 0xffffffff, 0, rstag, true);
-		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
-		break;
-	case M_FF_LOGIN:
-		/* The READ's response, then a Login Response (final, into the
-		 * full-feature phase) naming its ITT. */
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		i = tx_get(c);
-		if (i < 0)
-			return;
-		p = pdu_start(c, i);
-		bhs = p + ISER_HDR;
-		bhs[0] = 0x23;
-		bhs[1] = 0x80 | (1 << 2) | 3;
-		bhs[15] = 1;	/* TSIH */
-		put32(bhs + 16, itt);
-		set_sn(c, bhs, true);
-		tx_post(c, i, HDRS, 0, false);
-		break;
-	default:
-		break;
-	}
-}
-
-/* A SCSI command: a tiny disk. Returns after the response is posted. */
-/*
- * A WRITE's data is all in the disk: answer it. late-read: with a plain
- * SEND, and RDMA-READ its write STag again LATE_MS later.
- */
+/* A WRITE's data is all in the disk: answer it (a mode's way, if it set one). */
 static void write_done(struct conn *c, struct pend *pe)
 {
 	pe->used = false;
-	if (pe->late) {
-		send_rsp(c, pe->itt, 0, 0, 0, 0, false, 0);
-		late_arm(c, false, pe->stag, pe->va, pe->rdma_len, pe->off + pe->len - pe->rdma_len);
+	if (pe->done) {
+		pe->done(c, pe);
 		return;
 	}
 	send_rsp(c, pe->itt, 0, 0, 0, 0, pe->stag != 0, pe->stag);
 }
 
 /*
- * A Data-Out: unsolicited data of a WRITE that waits for it, or (early-status)
- * one for a WRITE already answered, whose bytes must still be its own.
+ * A Data-Out: unsolicited data of a WRITE that waits for it, or one a mode
+ * takes (early-status: for a WRITE already answered).
  */
 static void do_dataout(struct conn *c, uint8_t *bhs, const uint8_t *data, uint32_t dlen)
 {
 	uint32_t itt = be32(bhs + 16), boff = be32(bhs + 40);
-	int i;
 
-	for (i = 0; i < NEARLY; i++) {
-		struct early *e = &c->early[i];
-		long bad;
-
-		if (!e->used || e->itt != itt)
-			continue;
-		bad = stamp_mismatch(data, e->off + boff, dlen);
-		printf("evil: Data-Out after status itt=0x%08x offset=%u len=%u%s\n", itt, boff,
-		       dlen, bhs[1] & 0x80 ? " final" : "");
-		if (bad >= 0) {
-			printf("evil: foreign data in Data-Out itt=0x%08x offset=%u at byte %ld:",
-			       itt, boff, bad);
-			for (long b = bad; b < bad + 16 && b < (long)dlen; b++)
-				printf(" %02x", data[b]);
-			printf("\n");
-		}
-		fflush(stdout);
+	if (AFTER_ANY(dataout, c, bhs, data, dlen))
 		return;
-	}
-	for (i = 0; i < NPEND; i++) {
+	for (int i = 0; i < NPEND; i++) {
 		struct pend *pe = &c->pend[i];
 
 		if (!pe->used || !pe->write || pe->itt != itt)
@@ -1424,404 +2486,258 @@ static void do_dataout(struct conn *c, uint8_t *bhs, const uint8_t *data, uint32
 	fflush(stdout);
 }
 
+/* A command's small answer (INQUIRY and friends): n bytes of buf, pushed. */
+static void answer_data(struct conn *c, const struct cmd *k, const uint8_t *buf, uint32_t n)
+{
+	memcpy(disk + disk_size, buf, n);
+	if (!(k->flags & 0x04) || rdma_op(c, true, k->rstag, k->rva, disk_size, n, 0))
+		return;
+	send_rsp(c, k->itt, 0, 0, 0, k->edtl - n, false, 0);
+}
+
+static void scsi_inquiry(struct conn *c, const struct cmd *k)
+{
+	uint8_t buf[64];
+
+	if (k->cdb[1] & 1) {
+		send_rsp(c, k->itt, 0x02, 0x05, 0x24, 0, false, 0);
+		return;
+	}
+	memset(buf, 0, sizeof(buf));
+	buf[2] = 6;
+	buf[3] = 2;
+	buf[4] = 31;
+	memcpy(buf + 8, "RISER   ", 8);
+	memcpy(buf + 16, "iser-evil       ", 16);
+	memcpy(buf + 32, "0001", 4);
+	answer_data(c, k, buf, k->edtl < 36 ? k->edtl : 36);
+}
+
+/* READ CAPACITY (10), (16); false: not a command it knows. */
+static bool scsi_capacity(struct conn *c, const struct cmd *k)
+{
+	uint64_t last = disk_size / BLOCK - 1;
+	uint8_t buf[32] = { 0 };
+	uint32_t n;
+
+	if (k->cdb[0] == 0x9e && (k->cdb[1] & 0x1f) != 0x10)
+		return false;
+	if (k->cdb[0] == 0x25) {
+		put32(buf, (uint32_t)last);
+		put32(buf + 4, BLOCK);
+		n = 8;
+	} else {
+		put32(buf, (uint32_t)(last >> 32));
+		put32(buf + 4, (uint32_t)last);
+		put32(buf + 8, BLOCK);
+		n = 32;
+	}
+	answer_data(c, k, buf, n > k->edtl ? k->edtl : n);
+	return true;
+}
+
+/*
+ * The trigger READ (-k: the N-th and each after; -l: block LBA after the
+ * priming READ, or any while a mode waits for one): the current mode's.
+ * Returns whether the READ is dealt with.
+ */
+static bool read_trigger(struct conn *c, const struct cmd *k)
+{
+	const struct misbehaviour *m = mode;
+	bool trig = fire_lba >= 0 ? primed && (long long)k->lba == fire_lba : c->reads >= fire_at;
+
+	if (m->trigger != TR_READ && m->trigger != TR_READ_PING)
+		return false;
+	if (!trig && !(m->waiting && m->waiting()))
+		return false;
+	primed = false;
+	if (m->read)
+		return m->read(m, c, k);
+	/* Its data, then the mode's answer in place of the READ's. */
+	if (push_data(c, k, k->off))
+		return true;
+	AFTER_ALL(replaced, k);
+	fire();
+	m->reply(m, c, k);
+	return true;
+}
+
+static void scsi_read(struct conn *c, const struct cmd *k)
+{
+	if (k->off + k->len > disk_size || k->len != k->edtl || !(k->flags & 0x04)) {
+		send_rsp(c, k->itt, 0x02, 0x05, 0x21, 0, false, 0);
+		return;
+	}
+	c->reads++;
+	if (AFTER_ANY(read, c, k))
+		return;
+	if (fire_lba >= 0 && (long long)k->lba == fire_lba - 8) {
+		primed = true;
+		c->prime_rstag = k->rstag;
+	}
+	if (read_trigger(c, k))
+		return;
+	if (k->len && push_data(c, k, k->off))
+		return;
+	rsp_good(c, k);
+}
+
+/* The WRITE at the trigger block (-l), after the priming READ. */
+static bool write_trigger(struct conn *c, struct cmd *k)
+{
+	if (mode->trigger != TR_WRITE || fire_lba < 0 || !primed ||
+	    (long long)k->lba != fire_lba)
+		return false;
+	primed = false;
+	return mode->write(mode, c, k);
+}
+
+static void scsi_write(struct conn *c, struct cmd *k)
+{
+	/* InitialR2T=No: the first burst comes unasked. */
+	uint32_t fb = c->first_burst ? c->first_burst : FIRST_BURST;
+	uint32_t len = k->len, imm = k->imm, unsol = unsol_mrdsl ? (len < fb ? len : fb) : 0;
+	bool wsv = k->flags & 0x08;
+	struct pend *pe;
+	int pi;
+
+	if (k->off + len > disk_size || len != k->edtl || imm > len ||
+	    (imm && !unsol_mrdsl) || (unsol < imm) || (len > unsol && !wsv)) {
+		printf("evil: WRITE itt 0x%08x refused: %u bytes, %u immediate, write STag %s\n",
+		       k->itt, len, imm, wsv ? "valid" : "none");
+		fflush(stdout);
+		send_rsp(c, k->itt, 0x02, 0x05, 0x21, 0, false, 0);
+		return;
+	}
+	k->unsol = unsol;
+	if (AFTER_ANY(write, c, k) || write_trigger(c, k))
+		return;
+	pi = pend_new(c);
+	if (pi < 0) {
+		send_rsp(c, k->itt, 0x08, 0, 0, 0, false, 0);	/* BUSY */
+		return;
+	}
+	pe = &c->pend[pi];
+	pe->itt = k->itt;
+	pe->stag = wsv ? k->wstag : 0;
+	pe->va = k->wva;
+	pe->write = true;
+	pe->len = len;
+	pe->off = k->off;
+	pe->unsol_left = unsol - imm;
+	pe->rdma_len = len - unsol;
+	pe->done = k->done;
+	memcpy(disk + k->off, k->data, imm);
+	if (len > unsol) {
+		pe->rdma_busy = true;
+		if (rdma_op(c, false, k->wstag, k->wva, k->off + unsol, len - unsol, pi)) {
+			pe->used = false;
+			return;
+		}
+	}
+	if (!pe->unsol_left && !pe->rdma_busy)
+		write_done(c, pe);
+}
+
+/* A SCSI command: a tiny disk. Returns after the response is posted. */
 static void do_scsi(struct conn *c, uint8_t *iser, uint8_t *bhs, const uint8_t *data,
 		    uint32_t imm)
 {
-	uint32_t itt = be32(bhs + 16), edtl = be32(bhs + 20);
-	uint8_t *cdb = bhs + 32;
-	uint8_t flags = iser[0];
-	uint32_t wstag = be32(iser + 4), rstag = be32(iser + 16);
-	uint64_t wva = be64(iser + 8), rva = be64(iser + 20);
-	uint64_t lba = 0;
+	struct cmd k = {
+		.bhs = bhs, .itt = be32(bhs + 16), .cdb = bhs + 32, .flags = iser[0],
+		.edtl = be32(bhs + 20), .wstag = be32(iser + 4), .wva = be64(iser + 8),
+		.rstag = be32(iser + 16), .rva = be64(iser + 20), .data = data, .imm = imm,
+	};
 	uint32_t blocks = 0;
-	uint8_t buf[64];
-	bool immediate = bhs[0] & 0x40;
 
-	if (!immediate)
+	memcpy(&k.raw, bhs + 16, sizeof(k.raw));
+	if (!(bhs[0] & 0x40))
 		c->exp_cmdsn = be32(bhs + 24) + 1;
-	/* early-status: a new command with that ITT: the old one is over. */
-	for (int e = 0; e < NEARLY; e++)
-		if (c->early[e].used && c->early[e].itt == itt)
-			c->early[e].used = false;
-	if (stale_on && armed(M_STALE_HELD)) {
-		uint32_t raw;
-
-		memcpy(&raw, bhs + 16, sizeof(raw));
-		if (ITT_SLOT(raw) == ITT_SLOT(stale_raw) && ITT_AGE(raw) != ITT_AGE(stale_raw)) {
-			/* The held READ's response, before this command's. */
-			stale_on = false;
-			fire();
-			printf("evil: stale-held: response for held itt 0x%08x sent at command itt 0x%08x (slot 0x%x, age %u, then %u)\n",
-			       stale_itt, itt, ITT_SLOT(raw), ITT_AGE(stale_raw), ITT_AGE(raw));
-			fflush(stdout);
-			send_rsp(c, stale_itt, 0, 0, 0, 0, false, 0);
-		}
-	}
-	if (c->silent)
-		return;
-	switch (cdb[0]) {
+	switch (k.cdb[0]) {
 	case 0x28: case 0x2a:	/* READ(10), WRITE(10) */
-		lba = be32(cdb + 2);
-		blocks = (uint32_t)cdb[7] << 8 | cdb[8];
+		k.lba = be32(k.cdb + 2);
+		blocks = (uint32_t)k.cdb[7] << 8 | k.cdb[8];
 		break;
 	case 0x88: case 0x8a:	/* READ(16), WRITE(16) */
-		lba = be64(cdb + 2);
-		blocks = be32(cdb + 10);
+		k.lba = be64(k.cdb + 2);
+		blocks = be32(k.cdb + 10);
 		break;
 	}
-	switch (cdb[0]) {
-	case 0x00:	/* TEST UNIT READY */
-		if (c->nomr_held && armed(M_INV_NOMR)) {
-			/*
-			 * inv-nomr: the held READ's data, then this command's
-			 * response (it has no data, no STag) invalidating the
-			 * READ's rkey, then the READ's by plain SEND.
-			 */
-			c->nomr_held = false;
-			if (rdma_op(c, true, c->held_rstag, c->held_rva,
-				    (uint64_t)c->held_lba * BLOCK, c->held_len, 0))
-				return;
-			fire();
-			printf("evil: inv-nomr: TEST UNIT READY itt 0x%08x answered invalidating rkey 0x%08x of READ itt 0x%08x\n",
-			       itt, c->held_rstag, c->held_itt);
-			fflush(stdout);
-			c->inv_ok = true;
-			send_rsp(c, itt, 0, 0, 0, 0, true, c->held_rstag);
-			send_rsp(c, c->held_itt, 0, 0, 0, 0, false, 0);
-			return;
-		}
-		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
+	k.off = k.lba * BLOCK;
+	k.len = blocks * BLOCK;
+	/* What the modes left: a held answer, a silence, a held READ. */
+	if (AFTER_ANY(command, c, &k))
 		return;
+	switch (k.cdb[0]) {
+	case 0x00:	/* TEST UNIT READY */
 	case 0x35:	/* SYNCHRONIZE CACHE */
 	case 0x91:
-		send_rsp(c, itt, 0, 0, 0, 0, false, 0);
+		send_rsp(c, k.itt, 0, 0, 0, 0, false, 0);
 		return;
-	case 0x12: {	/* INQUIRY */
-		uint32_t n;
-
-		if (cdb[1] & 1) {
-			send_rsp(c, itt, 0x02, 0x05, 0x24, 0, false, 0);
-			return;
-		}
-		memset(buf, 0, sizeof(buf));
-		buf[2] = 6;
-		buf[3] = 2;
-		buf[4] = 31;
-		memcpy(buf + 8, "RISER   ", 8);
-		memcpy(buf + 16, "iser-evil       ", 16);
-		memcpy(buf + 32, "0001", 4);
-		n = edtl < 36 ? edtl : 36;
-		memcpy(disk + disk_size, buf, n);
-		if (!(flags & 0x04) || rdma_op(c, true, rstag, rva, disk_size, n, 0))
-			return;
-		send_rsp(c, itt, 0, 0, 0, edtl - n, false, 0);
+	case 0x12:	/* INQUIRY */
+		scsi_inquiry(c, &k);
 		return;
-	}
 	case 0xa0: {	/* REPORT LUNS: LUN 0 */
-		uint32_t n = edtl < 16 ? edtl : 16;
+		uint8_t buf[16] = { 0 };
 
-		memset(buf, 0, 16);
 		buf[3] = 8;
-		memcpy(disk + disk_size, buf, n);
-		if (!(flags & 0x04) || rdma_op(c, true, rstag, rva, disk_size, n, 0))
-			return;
-		send_rsp(c, itt, 0, 0, 0, edtl - n, false, 0);
+		answer_data(c, &k, buf, k.edtl < 16 ? k.edtl : 16);
 		return;
 	}
-	case 0x25: case 0x9e: {	/* READ CAPACITY (10), (16) */
-		uint64_t last = disk_size / BLOCK - 1;
-		uint32_t n;
-
-		if (cdb[0] == 0x9e && (cdb[1] & 0x1f) != 0x10)
-			break;
-		memset(buf, 0, 32);
-		if (cdb[0] == 0x25) {
-			put32(buf, (uint32_t)last);
-			put32(buf + 4, BLOCK);
-			n = 8;
-		} else {
-			put32(buf, (uint32_t)(last >> 32));
-			put32(buf + 4, (uint32_t)last);
-			put32(buf + 8, BLOCK);
-			n = 32;
-		}
-		if (n > edtl)
-			n = edtl;
-		memcpy(disk + disk_size, buf, n);
-		if (!(flags & 0x04) || rdma_op(c, true, rstag, rva, disk_size, n, 0))
+	case 0x25: case 0x9e:	/* READ CAPACITY (10), (16) */
+		if (scsi_capacity(c, &k))
 			return;
-		send_rsp(c, itt, 0, 0, 0, edtl - n, false, 0);
-		return;
-	}
-	case 0x28: case 0x88: {
-		uint64_t off = lba * BLOCK;
-		uint32_t len = blocks * BLOCK;
-		bool trig;
-
-		if (off + len > disk_size || len != edtl || !(flags & 0x04)) {
-			send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
-			return;
-		}
-		c->reads++;
-		if (redo_armed && !c->silent && lba == redo_lba && !c->redo_on) {
-			redo_armed = false;
-			c->redo_on = true;
-			c->redo_itt = itt;
-			c->redo_rstag = rstag;
-			c->redo_rva = rva;
-			c->redo_len = len;
-			c->redo_off = off;
-			c->redo_t0 = now_s();
-			ts_after(&c->redo_due, REDO_HOLD_S * 1000L);
-			printf("evil: silent-redo: retried READ itt 0x%08x held %d s\n", itt,
-			       REDO_HOLD_S);
-			fflush(stdout);
-			return;
-		}
-		if (retry_armed && lba == retry_lba) {
-			retry_armed = false;
-			printf("evil: retried READ of block %llu, itt 0x%08x: served\n",
-			       (unsigned long long)lba, itt);
-			fflush(stdout);
-		}
-		if (fire_lba >= 0 && (long long)lba == fire_lba - 8) {
-			primed = true;
-			c->prime_rstag = rstag;
-		}
-		trig = fire_lba >= 0 ? primed && (long long)lba == fire_lba : c->reads >= fire_at;
-		if (mode == M_LOGOUT_PING && trig) {
-			/* Served normally; the next NOP-Out ping fires it. */
-			primed = false;
-			nop_armed = true;
-			printf("evil: logout-ping armed at %.3f: the next NOP-Out ping gets a Logout Response\n",
-			       now_s());
-			fflush(stdout);
-		} else if (mode != M_NONE && !login_mode(mode) && !write_mode(mode) &&
-			   mode != M_LOGOUT_PING && (trig || c->has_held)) {
-			primed = false;
-			if (mode == M_SILENT || mode == M_SILENT_ALL || mode == M_SILENT_REDO) {
-				c->silent = true;
-				c->silent_all = mode == M_SILENT_ALL || mode == M_SILENT_REDO;
-				if (mode == M_SILENT_REDO) {
-					redo_armed = true;
-					redo_lba = lba;
-				}
-				fire();
-				return;
-			}
-			if (mode == M_DROP) {
-				fire();
-				rdma_disconnect(c->id);
-				return;
-			}
-			if (mode == M_STALE_HELD) {
-				/* No answer; hang up, and answer it on a later
-				 * connection (see do_scsi's start). */
-				stale_on = true;
-				stale_itt = itt;
-				memcpy(&stale_raw, bhs + 16, sizeof(stale_raw));
-				c->closing = true;
-				printf("evil: stale-held: READ itt 0x%08x (slot 0x%x, age %u) held, hanging up\n",
-				       itt, ITT_SLOT(stale_raw), ITT_AGE(stale_raw));
-				fflush(stdout);
-				return;
-			}
-			if (mode == M_INV_NOMR) {
-				/* Held until a TEST UNIT READY comes. */
-				c->nomr_held = true;
-				c->held_itt = itt;
-				c->held_rstag = rstag;
-				c->held_rva = rva;
-				c->held_len = len;
-				c->held_lba = (uint32_t)lba;
-				printf("evil: inv-nomr: READ itt 0x%08x held until a TEST UNIT READY\n", itt);
-				fflush(stdout);
-				return;
-			}
-			if (mode == M_LATE_ABORT || mode == M_TMF_SPOOF || mode == M_TMF_DUP) {
-				/* No answer, no data: wait for its ABORT TASK
-				 * (tmf-spoof: holding the pings that come). */
-				c->abort_mode = mode;
-				fire();
-				c->abort_wait = true;
-				c->abort_itt = itt;
-				c->abort_rstag = rstag;
-				c->abort_rva = rva;
-				c->abort_len = len;
-				c->abort_off = off;
-				c->ping_held = false;
-				printf("evil: %s: READ itt 0x%08x left unanswered\n",
-				       mode_names[c->abort_mode], itt);
-				fflush(stdout);
-				return;
-			}
-			if (mode == M_ITT_JUNK) {
-				/* The data, then the status by plain SEND with
-				 * ITT_JUNK in the ITT, then later the same data
-				 * again with the READ's rkey. */
-				uint32_t raw;
-				uint8_t w[4];
-
-				if (rdma_op(c, true, rstag, rva, off, len, 0))
-					return;
-				fire();
-				memcpy(&raw, bhs + 16, sizeof(raw));
-				raw |= ITT_JUNK;
-				memcpy(w, &raw, sizeof(w));
-				printf("evil: itt-junk: READ itt 0x%08x answered as 0x%08x\n", itt,
-				       be32(w));
-				fflush(stdout);
-				send_rsp(c, be32(w), 0, 0, 0, 0, false, 0);
-				late_arm(c, true, rstag, rva, len, off);
-				return;
-			}
-			if (mode == M_WRONG_DATA || mode == M_LOST_WRITE) {
-				/* wrong-data: the next block's data, status GOOD */
-				bool wrong = mode == M_WRONG_DATA;
-
-				if (rdma_op(c, true, rstag, rva, off + (wrong ? 4096 : 0), len, 0))
-					return;
-				fire();
-				lost_armed = !wrong;
-				send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-				return;
-			}
-			if (mode == M_LATE_WRITE) {
-				/* The data, a plain SEND (no invalidation), then later
-				 * the same data again with the READ's rkey. */
-				if (rdma_op(c, true, rstag, rva, off, len, 0))
-					return;
-				fire();
-				send_rsp(c, itt, 0, 0, 0, 0, false, 0);
-				late_arm(c, true, rstag, rva, len, off);
-				return;
-			}
-			if (mode == M_INV_OTHER) {
-				/*
-				 * Hold this READ; answer it when the next one
-				 * comes, invalidating the next one's STag.
-				 */
-				if (!c->has_held) {
-					c->has_held = true;
-					c->held_itt = itt;
-					c->held_rstag = rstag;
-					c->held_rva = rva;
-					c->held_len = len;
-					c->held_lba = (uint32_t)lba;
-					c->reads--;
-					return;
-				}
-				c->has_held = false;
-				if (!rdma_op(c, true, c->held_rstag, c->held_rva,
-					     (uint64_t)c->held_lba * BLOCK, c->held_len, 0)) {
-					fire();
-					c->inv_ok = true;
-					send_rsp(c, c->held_itt, 0, 0, 0, 0, true, rstag);
-				}
-				/* and this one normally */
-			} else {
-				if (rdma_op(c, true, rstag, rva, off, len, 0))
-					return;
-				retry_lba = lba;
-				evil_read(c, itt, rstag);
-				return;
-			}
-		}
-		if (len && rdma_op(c, true, rstag, rva, off, len, 0))
-			return;
-		send_rsp(c, itt, 0, 0, 0, 0, rstag != 0, rstag);
-		return;
-	}
-	case 0x2a: case 0x8a: {
-		uint64_t off = lba * BLOCK;
-		uint32_t len = blocks * BLOCK;
-		/* InitialR2T=No: the first burst comes unasked. */
-		uint32_t fb = c->first_burst ? c->first_burst : FIRST_BURST;
-		uint32_t unsol = unsol_mrdsl ? (len < fb ? len : fb) : 0;
-		bool wsv = flags & 0x08, late = false;
-		int pi;
-
-		if (off + len > disk_size || len != edtl || imm > len ||
-		    (imm && !unsol_mrdsl) || (unsol < imm) || (len > unsol && !wsv)) {
-			printf("evil: WRITE itt 0x%08x refused: %u bytes, %u immediate, write STag %s\n",
-			       itt, len, imm, wsv ? "valid" : "none");
-			fflush(stdout);
-			send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
-			return;
-		}
-		if (lost_armed && lba == LOST_LBA) {
-			lost_armed = false;
-			printf("evil: lost-write: WRITE itt 0x%08x answered GOOD, its data not read\n",
-			       itt);
-			fflush(stdout);
-			send_rsp(c, itt, 0, 0, 0, 0, false, 0);
-			return;
-		}
-		if (write_mode(mode) && fire_lba >= 0 && primed && (long long)lba == fire_lba) {
-			primed = false;
-			if (mode == M_EARLY_STATUS) {
-				/*
-				 * CHECK CONDITION at once; its Data-Outs, still
-				 * to come, are looked at when they arrive.
-				 */
-				long bad = stamp_mismatch(data, off, imm);
-				int e;
-
-				fire();
-				send_rsp(c, itt, 0x02, 0x05, 0x21, 0, false, 0);
-				for (e = 0; e < NEARLY && c->early[e].used; e++)
-					;
-				if (e == NEARLY)
-					e = 0;
-				c->early[e] = (struct early){ .used = true, .itt = itt, .off = off };
-				printf("evil: early-status: WRITE itt 0x%08x answered, %u bytes, %u immediate, %u unsolicited\n",
-				       itt, len, imm, unsol);
-				if (bad >= 0)
-					printf("evil: foreign data in the immediate data itt=0x%08x offset=%ld\n",
-					       itt, bad);
-				fflush(stdout);
-				return;
-			}
-			if (mode == M_LATE_READ && len > unsol) {
-				fire();
-				late = true;
-			} else {
-				printf("evil: %s: the trigger WRITE has no data to pull: not fired\n",
-				       mode_names[mode]);
-				fflush(stdout);
-			}
-		}
-		pi = pend_new(c);
-		if (pi < 0) {
-			send_rsp(c, itt, 0x08, 0, 0, 0, false, 0);	/* BUSY */
-			return;
-		}
-		c->pend[pi].itt = itt;
-		c->pend[pi].stag = wsv ? wstag : 0;
-		c->pend[pi].va = wva;
-		c->pend[pi].write = true;
-		c->pend[pi].len = len;
-		c->pend[pi].off = off;
-		c->pend[pi].unsol_left = unsol - imm;
-		c->pend[pi].rdma_len = len - unsol;
-		c->pend[pi].late = late;
-		memcpy(disk + off, data, imm);
-		if (len > unsol) {
-			c->pend[pi].rdma_busy = true;
-			if (rdma_op(c, false, wstag, wva, off + unsol, len - unsol, pi)) {
-				c->pend[pi].used = false;
-				return;
-			}
-		}
-		if (!c->pend[pi].unsol_left && !c->pend[pi].rdma_busy)
-			write_done(c, &c->pend[pi]);
-		return;
-	}
-	default:
 		break;
+	case 0x28: case 0x88:
+		scsi_read(c, &k);
+		return;
+	case 0x2a: case 0x8a:
+		scsi_write(c, &k);
+		return;
 	}
 	/* INVALID COMMAND OPERATION CODE */
-	send_rsp(c, itt, 0x02, 0x05, 0x20, 0, false, 0);
+	send_rsp(c, k.itt, 0x02, 0x05, 0x20, 0, false, 0);
+}
+
+/*
+ * A NOP-Out: a ping from the initiator (a real ITT), answered unless a mode
+ * takes it; or the answer to a NOP-In ping of the target's (reserved ITT).
+ */
+static void do_nop(struct conn *c, uint8_t *bhs, const uint8_t *data, uint32_t dlen)
+{
+	uint32_t itt = be32(bhs + 16);
+
+	if (!(bhs[0] & 0x40))
+		c->exp_cmdsn = be32(bhs + 24) + 1;
+	if (itt == 0xffffffff) {
+		AFTER_ANY(nop_answer, c, be32(bhs + 20), data, dlen);
+		return;
+	}
+	if (mode->trigger == TR_READ_PING && mode->ping(mode, c, itt))
+		return;
+	if (AFTER_ANY(ping, c, itt))
+		return;
+	send_simple(c, 0x20, itt, 0xffffffff, true, data, dlen);
+}
+
+/* Task management: done (a held command is dropped), unless a mode says otherwise. */
+static void do_tmf(struct conn *c, uint8_t *bhs)
+{
+	struct tmf t = {
+		.fn = bhs[1] & 0x7f, .itt = be32(bhs + 16), .ref_itt = be32(bhs + 20),
+		.rsp_itt = be32(bhs + 16), .held = -1, .note = "",
+	};
+
+	AFTER_ALL(tmf, c, &t);
+	printf("evil: TMF function %u%s\n", t.fn, t.note);
+	fflush(stdout);
+	if (t.ignore)
+		return;
+	if (send_tmf_rsp(c, t.rsp_itt, t.response))
+		return;
+	if (t.twice && send_tmf_rsp(c, t.itt, 0))
+		return;
+	AFTER_ALL(tmf_answered, c, &t);
 }
 
 static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
@@ -1849,98 +2765,18 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 		do_dataout(c, bhs, p + HDRS, dlen);
 		break;
 	case 0x00:	/* NOP-Out */
-		if (!(bhs[0] & 0x40))
-			c->exp_cmdsn = be32(bhs + 24) + 1;
-		if (be32(bhs + 16) != 0xffffffff && armed(M_LOGOUT_PING) && nop_armed) {
-			/*
-			 * A ping from the initiator (a real ITT): answer it with
-			 * a Logout Response, and hang up 100 ms later.
-			 */
-			nop_armed = false;
-			fire();
-			/* In the kernel log first: the test times riser's answer from it. */
-			kmsg("evil: logout-ping: Logout Response sent");
-			send_simple(c, 0x26, be32(bhs + 16), 0, true, NULL, 0);
-			c->disc_on = true;
-			ts_after(&c->disc_due, 100);
-			printf("evil: Logout Response sent for NOP-Out itt 0x%08x at %.3f\n",
-			       be32(bhs + 16), now_s());
-			fflush(stdout);
-		} else if (be32(bhs + 16) != 0xffffffff && c->abort_wait &&
-			   c->abort_mode == M_TMF_SPOOF) {
-			/* tmf-spoof: unanswered; its ITT answers the ABORT TASK. */
-			c->ping_held = true;
-			c->ping_itt = be32(bhs + 16);
-			printf("evil: tmf-spoof: ping itt 0x%08x held\n", c->ping_itt);
-			fflush(stdout);
-		} else if (be32(bhs + 16) != 0xffffffff) {
-			if (nop_armed) {
-				printf("evil: NOP-Out ping itt 0x%08x at %.3f answered\n",
-				       be32(bhs + 16), now_s());
-				fflush(stdout);
-			}
-			send_simple(c, 0x20, be32(bhs + 16), 0xffffffff, true, p + HDRS, dlen);
-		}
-		else if (be32(bhs + 20) == NOP_DATA_TTT) {
-			printf("evil: nop-data: ping answered, TTT 0x%08x echoed, %u bytes of data%s\n",
-			       NOP_DATA_TTT, dlen,
-			       dlen == 200 && p[HDRS] == 'n' && p[HDRS + 199] == 'n' ? " (the ping's)" : "");
-			fflush(stdout);
-		} else
-			ping_answered(c, be32(bhs + 20));
+		do_nop(c, bhs, p + HDRS, dlen);
 		break;
-	case 0x02: {	/* Task management: done (a held command is dropped) */
-		uint8_t fn = bhs[1] & 0x7f;
-		uint32_t itt = be32(bhs + 16), rsp_itt = itt;
-		/* the ABORT TASK of the READ late-abort, tmf-spoof or tmf-dup holds */
-		bool held = fn == 1 && c->abort_wait && be32(bhs + 20) == c->abort_itt;
-		enum mode am = held ? c->abort_mode : M_NONE;
-
-		/*
-		 * silent-all: an ABORT TASK is refused (Function Rejected), so
-		 * the initiator escalates to a LU reset, which is never answered.
-		 */
-		printf("evil: TMF function %u%s\n", fn,
-		       !c->silent_all ? "" : fn == 1 ? " rejected" : " ignored");
-		fflush(stdout);
-		if (c->silent_all && fn != 1)
-			break;
-		if (!c->silent_all)
-			c->silent = false;
-		/* tmf-spoof: the answer names the held ping, not this TMF. */
-		if (am == M_TMF_SPOOF && c->ping_held)
-			rsp_itt = c->ping_itt;
-		if (send_tmf_rsp(c, rsp_itt, c->silent_all ? 5 : 0))
-			break;
-		/* tmf-dup: the same answer again, with the next StatSN. */
-		if (am == M_TMF_DUP && send_tmf_rsp(c, itt, 0))
-			break;
-		if (!held)
-			break;
-		/* The aborted READ's rkey, LATE_MS from now. */
-		c->abort_wait = false;
-		if (am == M_TMF_SPOOF && c->ping_held)
-			printf("evil: tmf-spoof: ABORT TASK itt 0x%08x answered with the ping's itt 0x%08x\n",
-			       itt, rsp_itt);
-		else if (am == M_TMF_SPOOF)
-			printf("evil: tmf-spoof: no ping held: ABORT TASK itt 0x%08x answered with its own itt, not spoofed\n",
-			       itt);
-		else if (am == M_TMF_DUP)
-			printf("evil: tmf-dup: ABORT TASK itt 0x%08x answered twice\n", itt);
-		else
-			printf("evil: late-abort: ABORT TASK for itt 0x%08x answered\n",
-			       c->abort_itt);
-		c->ping_held = false;
-		late_arm(c, true, c->abort_rstag, c->abort_rva, c->abort_len, c->abort_off);
+	case 0x02:	/* Task management */
+		do_tmf(c, bhs);
 		break;
-	}
 	case 0x04:	/* Text: nothing to say */
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
 		send_simple(c, 0x24, be32(bhs + 16), 0xffffffff, true, NULL, 0);
 		break;
 	case 0x06:	/* Logout */
-		burst_ready = true;
+		AFTER_ALL(logout);
 		if (!(bhs[0] & 0x40))
 			c->exp_cmdsn = be32(bhs + 24) + 1;
 		printf("evil: Logout Request itt 0x%08x reason %u answered at %.3f\n", be32(bhs + 16),
@@ -1951,54 +2787,6 @@ static void do_pdu(struct conn *c, uint8_t *p, uint32_t len)
 	default:
 		fprintf(stderr, "evil: opcode 0x%02x ignored\n", op);
 		break;
-	}
-}
-
-/*
- * A connection about to be freed: report what became of a late access.
- * Its completion may already be in the CQ when the disconnect is seen
- * (the initiator's QP refused the access and the initiator then closed
- * the connection): without this, the access was tried but never reported
- * (seen 2026-11-25 in late-abort: rxe logged the refusal, status 10, 70
- * ms before the disconnect). Only late completions are handled: the rest
- * belongs to a connection that is gone.
- */
-static void late_drain(struct conn *c)
-{
-	struct ibv_wc wc[16];
-	int n, waited = 0;
-
-	/*
-	 * A late access posted just before the connection closed completes
-	 * (or is flushed) soon after: wait for its verdict, 2 s at most, so
-	 * that every armed access ends in one line.
-	 */
-	do {
-		while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0)
-			for (int i = 0; i < n; i++)
-				if ((uint32_t)(wc[i].wr_id >> 32) == WR_LATE)
-					late_done(c, &wc[i], (uint32_t)wc[i].wr_id);
-		if (!c->late.posted)
-			break;
-		usleep(10000);
-	} while (++waited < 200);
-	if (c->late.posted) {
-		/*
-		 * Posted, and neither acknowledged nor refused in 2 s: the
-		 * initiator's QP, in error, drops it (an RC responder that
-		 * took it would have acknowledged it at once); this QP only
-		 * retries. Said as such, then flushed.
-		 */
-		c->late.posted = false;
-		printf("evil: late %s not acknowledged in 2 s: the initiator's QP did not take it\n",
-		       c->late.write ? "write" : "read");
-		fflush(stdout);
-	}
-	if (c->late.on) {
-		c->late.on = false;
-		printf("evil: late %s not tried: the connection closed first\n",
-		       c->late.write ? "write" : "read");
-		fflush(stdout);
 	}
 }
 
@@ -2041,67 +2829,7 @@ static void handle_wc(struct conn *c, struct ibv_wc *wc)
 	}
 }
 
-static void conn_free(struct conn *c)
-{
-	if (!c)
-		return;
-	if (c->id->qp)
-		rdma_destroy_qp(c->id);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	if (c->ch)
-		ibv_destroy_comp_channel(c->ch);
-	if (c->rx_mr)
-		ibv_dereg_mr(c->rx_mr);
-	if (c->tx_mr)
-		ibv_dereg_mr(c->tx_mr);
-	if (c->disk_mr)
-		ibv_dereg_mr(c->disk_mr);
-	if (c->pd)
-		ibv_dealloc_pd(c->pd);
-	free(c->rx);
-	free(c->tx);
-	rdma_destroy_id(c->id);
-	free(c);
-}
-
-/*
- * The CM modes: the iSER CM header in the accept (REP) spoilt. cm-rsvd:
- * every reserved bit set (flags byte and the three reserved bytes), beside
- * Z; cm-short: two bytes, a header cut short (the CM pads it with zeros);
- * cm-long: the most private data a REP carries, 196 bytes (the CM refuses
- * more, on the target's side), a valid header and 192 bytes of garbage.
- */
-#define CM_REP_MAX 196
-static void cm_garbage(struct rdma_conn_param *cp)
-{
-	static uint8_t g[CM_REP_MAX];
-	enum mode m = mode;
-
-	if (m != M_CM_RSVD && m != M_CM_SHORT && m != M_CM_LONG)
-		return;
-	memset(g, 0, sizeof(g));
-	if (m == M_CM_RSVD) {
-		g[0] = 0xbf;	/* Z, not I, every reserved bit */
-		memset(g + 1, 0xff, 3);
-		cp->private_data_len = 4;
-	} else if (m == M_CM_SHORT) {
-		g[0] = 0x80;
-		g[1] = 0x5a;
-		cp->private_data_len = 2;
-	} else {
-		g[0] = 0x80;
-		for (int i = 4; i < CM_REP_MAX; i++)
-			g[i] = (uint8_t)(0xa5 ^ i);
-		cp->private_data_len = CM_REP_MAX;
-	}
-	cp->private_data = g;
-	fire();
-	printf("evil: %s: accept carries %u bytes of private data: %02x %02x %02x %02x ...\n",
-	       mode_names[m], cp->private_data_len, g[0], g[1], g[2], g[3]);
-	fflush(stdout);
-}
-
+/* A connection requested: set it up and accept it (a CM mode spoils the accept). */
 static struct conn *conn_new(struct rdma_cm_event *ev)
 {
 	struct conn *c = calloc(1, sizeof(*c));
@@ -2114,6 +2842,8 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 
 	if (!c)
 		return NULL;
+	/* The modes' state of the last connection goes with it. */
+	AFTER_ALL(conn_start);
 	c->id = id;
 	c->pd = ibv_alloc_pd(id->verbs);
 	c->ch = ibv_create_comp_channel(id->verbs);
@@ -2152,7 +2882,8 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 		goto fail;
 	cp.private_data = hello;
 	cp.private_data_len = sizeof(hello);
-	cm_garbage(&cp);
+	if (mode->trigger == TR_ACCEPT)
+		mode->accept(mode, &cp);
 	cp.responder_resources = req->initiator_depth;
 	cp.initiator_depth = req->responder_resources < da.max_qp_init_rd_atom ?
 			     req->responder_resources : da.max_qp_init_rd_atom;
@@ -2183,8 +2914,10 @@ static void state_dump(struct conn *c)
 		fflush(stdout);
 		return;
 	}
-	printf("%d sends in flight, exp_cmdsn %u, statsn %u%s\n", c->tx_inflight, c->exp_cmdsn,
-	       c->statsn, c->silent ? ", silent" : "");
+	printf("%d sends in flight, exp_cmdsn %u, statsn %u", c->tx_inflight, c->exp_cmdsn,
+	       c->statsn);
+	AFTER_ALL(dump);
+	printf("\n");
 	for (int i = 0; i < NPEND; i++) {
 		struct pend *pe = &c->pend[i];
 
@@ -2202,10 +2935,120 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: iser-evil -a IP [-p PORT] [-m MODE[,MODE...]] [-k N | -l LBA] [-s MB] [-u MRDSL] [-r NRX] [-v]\n"
 		"       iser-evil -P LBA:BLOCKS   (prints the stamp pattern of those blocks)\nmodes:");
-	for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
-		fprintf(stderr, " %s", mode_names[i]);
+	for (size_t i = 0; i < NMODES_TABLE; i++)
+		fprintf(stderr, " %s", modes_table[i].name);
 	fprintf(stderr, "\n");
 	exit(2);
+}
+
+/* -m MODE[,MODE...]: the modes to show, in order. */
+static void parse_modes(char *list)
+{
+	char *save = NULL;
+
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		size_t i;
+
+		for (i = 0; i < NMODES_TABLE; i++)
+			if (!strcmp(t, modes_table[i].name))
+				break;
+		if (i == NMODES_TABLE || nmodes == MAX_MODES)
+			usage();
+		modes[nmodes++] = &modes_table[i];
+	}
+	mode = nmodes ? modes[0] : &modes_table[0];
+}
+
+/*
+ * Every table entry has the hook its trigger calls, and its aftermaths are
+ * in afters[]: a mistake in the table fails at once, not in a test.
+ */
+static void table_check(void)
+{
+	for (size_t i = 0; i < NMODES_TABLE; i++) {
+		const struct misbehaviour *m = &modes_table[i];
+		bool ok;
+
+		switch (m->trigger) {
+		case TR_ACCEPT: ok = m->accept; break;
+		case TR_LOGIN: case TR_LOGIN_OP: ok = m->login; break;
+		case TR_READ: ok = m->read || m->reply; break;
+		case TR_WRITE: ok = m->write; break;
+		case TR_READ_PING: ok = m->read && m->ping; break;
+		default: ok = true; break;
+		}
+		for (size_t j = 0; j < 2; j++) {
+			size_t a = 0;
+
+			while (m->after[j] && a < NAFTERS && afters[a] != m->after[j])
+				a++;
+			ok = ok && a < NAFTERS;
+		}
+		if (!ok) {
+			fprintf(stderr, "evil: mode %s: its hooks do not match its trigger\n",
+				m->name);
+			exit(2);
+		}
+	}
+}
+
+/*
+ * The current connection's turn in the main loop: its completions, what
+ * waits for a time (a late access, a held READ, a hang-up). Returns the
+ * poll timeout (ms).
+ */
+static int conn_turn(struct conn *c, struct pollfd *fd)
+{
+	int timeout = 1000;
+
+	fd->fd = c->ch->fd;
+	fd->events = POLLIN;
+	if (ibv_req_notify_cq(c->cq, 0))
+		c->closing = true;
+	if (poll_cq(c, false))
+		c->closing = true;
+	for (size_t a = 0; a < NAFTERS; a++) {
+		long ms = afters[a]->timer ? afters[a]->timer(c) : -1;
+
+		if (ms >= 0 && ms < timeout)
+			timeout = (int)ms;
+	}
+	return timeout;
+}
+
+static int serve(void)
+{
+	for (;;) {
+		struct pollfd fds[2] = { { .fd = ec->fd, .events = POLLIN } };
+		int nfds = 1, timeout = 1000;
+
+		if (cur) {
+			timeout = conn_turn(cur, &fds[1]);
+			nfds = 2;
+		}
+		if (dump_wanted) {
+			dump_wanted = 0;
+			state_dump(cur);
+		}
+		if (cur && cur->closing && !cur->disconnecting) {
+			cur->disconnecting = true;
+			rdma_disconnect(cur->id);
+		}
+		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
+			return 1;
+		if (cur && (fds[1].revents & POLLIN)) {
+			struct ibv_cq *cq;
+			void *ctx;
+
+			if (!ibv_get_cq_event(cur->ch, &cq, &ctx))
+				ibv_ack_cq_events(cq, 1);
+		}
+		cm_poll();
+		if (cur && cur->dead) {
+			conn_end(cur);
+			cur = NULL;
+		}
+	}
 }
 
 int main(int argc, char **argv)
@@ -2215,6 +3058,8 @@ int main(int argc, char **argv)
 	const char *addr = NULL;
 	int opt;
 
+	table_check();
+	mode = &modes_table[0];
 	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:u:r:P:v")) != -1) {
 		switch (opt) {
 		case 'u': unsol_mrdsl = (uint32_t)atoi(optarg); break;
@@ -2234,22 +3079,7 @@ int main(int argc, char **argv)
 		case 'l': fire_lba = atoll(optarg); break;
 		case 's': disk_size = (size_t)atoi(optarg) << 20; break;
 		case 'v': verbose = true; break;
-		case 'm': {
-			char *save = NULL;
-
-			for (char *t = strtok_r(optarg, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-				size_t i;
-
-				for (i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
-					if (!strcmp(t, mode_names[i]))
-						break;
-				if (i == sizeof(mode_names) / sizeof(mode_names[0]) || nmodes == MAX_MODES)
-					usage();
-				modes[nmodes++] = (enum mode)i;
-			}
-			mode = nmodes ? modes[0] : M_NONE;
-			break;
-		}
+		case 'm': parse_modes(optarg); break;
 		default: usage();
 		}
 	}
@@ -2271,72 +3101,7 @@ int main(int argc, char **argv)
 	}
 	fcntl(ec->fd, F_SETFL, fcntl(ec->fd, F_GETFL) | O_NONBLOCK);
 	printf("evil: listening on %s:%u, first mode %s of %d\n", addr, ntohs(sin.sin_port),
-	       mode_names[mode], nmodes);
+	       mode->name, nmodes);
 	fflush(stdout);
-	for (;;) {
-		struct pollfd fds[2] = { { .fd = ec->fd, .events = POLLIN } };
-		int nfds = 1, timeout = 1000;
-
-		if (cur) {
-			fds[1].fd = cur->ch->fd;
-			fds[1].events = POLLIN;
-			nfds = 2;
-			if (ibv_req_notify_cq(cur->cq, 0))
-				cur->closing = true;
-			if (poll_cq(cur, false))
-				cur->closing = true;
-			/* What waits for a time: a late access, a hang-up. */
-			if (cur->late.on) {
-				long ms = ms_until(&cur->late.due);
-
-				if (!ms)
-					late_post(cur);
-				else if (ms < timeout)
-					timeout = (int)ms;
-			}
-			if (cur->redo_on) {
-				long ms = ms_until(&cur->redo_due);
-
-				if (!ms)
-					redo_serve(cur);
-				else if (ms < timeout)
-					timeout = (int)ms;
-			}
-			if (cur->disc_on) {
-				long ms = ms_until(&cur->disc_due);
-
-				if (!ms) {
-					cur->disc_on = false;
-					cur->closing = true;
-					printf("evil: disconnecting as announced at %.3f\n", now_s());
-					fflush(stdout);
-				} else if (ms < timeout) {
-					timeout = (int)ms;
-				}
-			}
-		}
-		if (dump_wanted) {
-			dump_wanted = 0;
-			state_dump(cur);
-		}
-		if (cur && cur->closing && !cur->disconnecting) {
-			cur->disconnecting = true;
-			rdma_disconnect(cur->id);
-		}
-		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
-			return 1;
-		if (cur && (fds[1].revents & POLLIN)) {
-			struct ibv_cq *cq;
-			void *ctx;
-
-			if (!ibv_get_cq_event(cur->ch, &cq, &ctx))
-				ibv_ack_cq_events(cq, 1);
-		}
-		cm_poll();
-		if (cur && cur->dead) {
-			late_drain(cur);
-			conn_free(cur);
-			cur = NULL;
-		}
-	}
+	return serve();
 }
