@@ -31,6 +31,22 @@ step() {
 		result fail "$what"
 	fi
 }
+# The discovery, run as a user runs it, tried again (twice at most) when
+# iscsiadm timed out: open-iscsi's own race (the answer's event queued
+# before the reply to iscsiadm's request; Documentation/testing.md) loses
+# the answer now and then, with ib_iser as with riser. At real-time
+# priority, as the tests run it, iscsiadm loses it less often.
+discover() {
+	local try out
+	for try in 1 2 3; do
+		echo "\$ iscsiadm -m discovery -t st -p $IP:3260 -I iser"
+		out=$(chrt -f 10 iscsiadm -m discovery -t st -p "$IP:3260" -I iser 2>&1) &&
+			{ echo "$out"; return 0; }
+		echo "$out"
+		grep -q "timed out" <<<"$out" && [ "$try" -lt 3 ] || return 1
+		echo "(open-iscsi's discovery race lost the answer: again)"
+	done
+}
 write_file() {
 	dd if=/dev/urandom of=/tmp/demo.bin bs=1M count=16 status=none &&
 		cp /tmp/demo.bin "$MNT/demo.bin" && sync && ls -l "$MNT"
@@ -47,7 +63,7 @@ step "load riser" insmod "$KO"
 step "riser registered the iSCSI transport 'iser'" cat /sys/class/iscsi_transport/iser/handle
 step "create a LIO target with a 64 MiB ramdisk and an iSER portal" lio_rd_target "$IQN" "$IP" 64
 step "start iscsid" iscsi_start
-step "discover targets over iSER" iscsiadm -m discovery -t st -p "$IP:3260" -I iser
+step "discover targets over iSER" discover
 step "log in over iSER" iscsiadm -m node -T "$IQN" -p "$IP:3260" -I iser --login
 step "the session" iscsiadm -m session
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$LOG") || DEV=

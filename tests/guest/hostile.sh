@@ -595,9 +595,12 @@ declare -A EXPECT=(
 	# A broken target, by hand only (RISER_EVIL_MODES): the trigger READ
 	# gets the next block's data, or the write beside is answered good
 	# and never read. The checks of the READ data and of the write must
-	# fail (shown 2026-11-24).
+	# fail (shown 2026-11-24). bad-status: the trigger READ answered
+	# CHECK CONDITION, MEDIUM ERROR; the check of the trigger commands'
+	# statuses must fail.
 	[wrong-data]=""
 	[lost-write]=""
+	[bad-status]=""
 )
 ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort tmf-spoof tmf-dup itt-junk logout-ping logout-unprompted async-logout async-dropconn async-dropall async-negotiate nop-data big-nop big-sense big-rsp inv-nonresp inv-nomr stale-held ff-login"
 ALL_LOGIN="login-long login-dsl login-bad"
@@ -663,7 +666,7 @@ if [ -n "${RISER_EVIL_MODES:-}" ]; then
 		case " $ALL_SMALL " in *" $m "*) SMALL_MODES+="$m " && continue ;; esac
 		case " $ALL_REG0 " in *" $m "*) REG0_MODES+="$m " && continue ;; esac
 		case " $ALL_HOLD " in *" $m "*) HOLD_MODES+="$m " && continue ;; esac
-		case " $ALL_FFP wrong-data lost-write " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
+		case " $ALL_FFP wrong-data lost-write bad-status " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
 		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
 		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
 		UNKNOWN_MODES+="$m "

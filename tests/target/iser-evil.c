@@ -1596,6 +1596,15 @@ static bool lost_write(struct conn *c, const struct cmd *k)
 	return true;
 }
 
+/* bad-status: a broken target too. The trigger READ gets its data and
+ * then CHECK CONDITION, MEDIUM ERROR (unrecovered read error), which the
+ * SCSI layer does not retry: the READ fails. */
+static void bad_status_reply(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	send_rsp(c, k->itt, 0x02, 0x03, 0x11, 0, false, 0);
+}
+
 static const struct aftermath lost_write_after = {
 	.write = lost_write,
 };
@@ -2166,6 +2175,7 @@ static const struct misbehaviour modes_table[] = {
 	  .arg = 1, .after = { &lost_write_after } },
 	{ .name = "lost-write", .phase = PH_SCSI, .trigger = TR_READ, .read = wrong_data_read,
 	  .arg = 0, .after = { &lost_write_after } },
+	READ_REPLY("bad-status", PH_SCSI, bad_status_reply, 0),
 	/* Each in a phase of its own (hostile.sh). */
 	{ .name = "cm-rsvd", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
 	  .arg = CM_RSVD },
