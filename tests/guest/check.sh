@@ -125,15 +125,30 @@ boot_logout() {
 	local s i rc why
 	s=$(iscsi_session $U) || return 1
 	for ((i = 1; i <= 30; i++)); do
+		_iscsid_mark
 		bounded "$ISCSI_TIMEOUT" iscsiadm -m session -r "${s#session}" -u && return 0
 		rc=$?
 		[ "$i" -lt 30 ] || break
 		why=boot-logout-failed
-		[ "$rc" != 32 ] || why=iscsid-adopting
-		retried "$why" "logout of the boot session ($s), try $i: status $rc (32: iscsid is still reconnecting it to take it over)"
+		# iscsid refuses while it reopens the session to take it over: 32
+		# while it reconnects, and 9 (ISCSI_ERR_INTERNAL) with "in invalid
+		# state for logout" while that reopen waits for its transport
+		# connection (open-iscsi's session_logout_task).
+		if [ "$rc" = 32 ] || { [ "$rc" = 9 ] && iscsid_refused_logout; }; then
+			why=iscsid-adopting
+		fi
+		retried "$why" "logout of the boot session ($s), try $i: status $rc (32, or 9 with iscsid's 'invalid state for logout': iscsid is still reconnecting it to take it over)"
 		nap 2
 	done
 	return 1
+}
+# iscsid logged, since its last mark, that it refused a logout in the
+# middle of a reopen.
+iscsid_refused_logout() {
+	local lines=()
+	[ -f "$ISCSID_LOG" ] || return 1
+	mapfile -t -s "$ISCSID_AT" lines <"$ISCSID_LOG"
+	[[ "${lines[*]}" == *"in invalid state for logout"* ]]
 }
 no_boot_session() { ! iscsi_session $U; }
 boot_is_iser() { iscsi_session_is_iser $IP $U && iscsi_host_is_iscsi_iser $U; }
