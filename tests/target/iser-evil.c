@@ -291,6 +291,13 @@ static long ms_until(const struct timespec *t)
 	return ms < 0 ? 0 : ms;
 }
 
+/* For a timer hook: -1 when nothing is set (on false), else ms_until(due):
+ * 0 when it is due. */
+static long due_in(bool on, const struct timespec *due)
+{
+	return on ? ms_until(due) : -1;
+}
+
 /*
  * The stamp pattern (-P): each 512-byte block of the disk at block LBA is
  * "evil %010llu\n" (16 bytes, LBA in decimal) 32 times. hostile.sh writes
@@ -663,7 +670,9 @@ struct tmf {
  * no more with it. Modes of one family share theirs.
  */
 struct aftermath {
-	void (*conn_start)(void);	/* a new connection: the old one's state goes */
+	/* what goes with a connection: zeroed when a new one starts */
+	void *state;
+	size_t state_size;
 	void (*conn_end)(struct conn *c);	/* the connection is about to be freed */
 	bool (*conn_request)(struct conn *c);	/* another asks in: drop this one? */
 	bool (*command)(struct conn *c, const struct cmd *k);	/* any SCSI command */
@@ -680,6 +689,8 @@ struct aftermath {
 	long (*timer)(struct conn *c);	/* runs what is due; ms to the next, or -1 */
 	void (*dump)(void);		/* SIGUSR1: a word on the state line */
 };
+
+#define CONN_STATE(x) .state = &(x), .state_size = sizeof(x)
 
 struct misbehaviour {
 	const char *name;
@@ -856,22 +867,15 @@ static long late_timer(struct conn *c)
 {
 	long ms;
 
-	if (!late.on)
-		return -1;
-	ms = ms_until(&late.due);
+	ms = due_in(late.on, &late.due);
 	if (ms)
 		return ms;
 	late_post(c);
 	return -1;
 }
 
-static void late_conn_start(void)
-{
-	memset(&late, 0, sizeof(late));
-}
-
 static const struct aftermath late_after = {
-	.conn_start = late_conn_start,
+	CONN_STATE(late),
 	.conn_end = late_drain,
 	.timer = late_timer,
 };
@@ -960,9 +964,7 @@ static long hangup_timer(struct conn *c)
 {
 	long ms;
 
-	if (!hangup.on)
-		return -1;
-	ms = ms_until(&hangup.due);
+	ms = due_in(hangup.on, &hangup.due);
 	if (ms)
 		return ms;
 	hangup.on = false;
@@ -972,13 +974,8 @@ static long hangup_timer(struct conn *c)
 	return -1;
 }
 
-static void hangup_conn_start(void)
-{
-	memset(&hangup, 0, sizeof(hangup));
-}
-
 static const struct aftermath hangup_after = {
-	.conn_start = hangup_conn_start,
+	CONN_STATE(hangup),
 	.timer = hangup_timer,
 };
 
@@ -1058,13 +1055,8 @@ static bool early_dataout(struct conn *c, const uint8_t *bhs, const uint8_t *dat
 	return false;
 }
 
-static void early_conn_start(void)
-{
-	memset(&early, 0, sizeof(early));
-}
-
 static const struct aftermath early_after = {
-	.conn_start = early_conn_start,
+	CONN_STATE(early),
 	.command = early_command,
 	.dataout = early_dataout,
 };
@@ -1156,13 +1148,8 @@ static void silent_dump(void)
 		printf(", silent");
 }
 
-static void silent_conn_start(void)
-{
-	memset(&silent, 0, sizeof(silent));
-}
-
 static const struct aftermath silent_after = {
-	.conn_start = silent_conn_start,
+	CONN_STATE(silent),
 	.conn_request = silent_conn_request,
 	.command = silent_command,
 	.tmf = silent_tmf,
@@ -1194,9 +1181,7 @@ static long redo_timer(struct conn *c)
 {
 	long ms, held;
 
-	if (!redo.held.on)
-		return -1;
-	ms = ms_until(&redo.held.due);
+	ms = due_in(redo.held.on, &redo.held.due);
 	if (ms)
 		return ms;
 	held = (long)((now_s() - redo.held.t0) * 1000);
@@ -1213,13 +1198,8 @@ static long redo_timer(struct conn *c)
 	return -1;
 }
 
-static void redo_conn_start(void)
-{
-	memset(&redo.held, 0, sizeof(redo.held));
-}
-
 static const struct aftermath redo_after = {
-	.conn_start = redo_conn_start,
+	CONN_STATE(redo.held),
 	.read = redo_read,
 	.timer = redo_timer,
 };
@@ -1330,13 +1310,8 @@ static bool inv_other_waiting(void)
 	return inv_other.on;
 }
 
-static void inv_other_conn_start(void)
-{
-	memset(&inv_other, 0, sizeof(inv_other));
-}
-
 static const struct aftermath inv_other_after = {
-	.conn_start = inv_other_conn_start,
+	CONN_STATE(inv_other),
 };
 
 /* inv-nomr: the trigger READ held until a TEST UNIT READY comes. */
@@ -1378,13 +1353,8 @@ static bool inv_nomr_command(struct conn *c, const struct cmd *k)
 	return true;
 }
 
-static void inv_nomr_conn_start(void)
-{
-	memset(&inv_nomr, 0, sizeof(inv_nomr));
-}
-
 static const struct aftermath inv_nomr_after = {
-	.conn_start = inv_nomr_conn_start,
+	CONN_STATE(inv_nomr),
 	.command = inv_nomr_command,
 };
 
@@ -1473,13 +1443,8 @@ static void tmf_wait_answered(struct conn *c, const struct tmf *t)
 	late_arm(true, tmf_wait.rstag, tmf_wait.rva, tmf_wait.len, tmf_wait.off);
 }
 
-static void tmf_wait_conn_start(void)
-{
-	memset(&tmf_wait, 0, sizeof(tmf_wait));
-}
-
 static const struct aftermath tmf_wait_after = {
-	.conn_start = tmf_wait_conn_start,
+	CONN_STATE(tmf_wait),
 	.ping = tmf_wait_ping,
 	.tmf = tmf_wait_tmf,
 	.tmf_answered = tmf_wait_answered,
@@ -1656,13 +1621,8 @@ static bool ping_answered(struct conn *c, uint32_t ttt, const uint8_t *data, uin
 	return true;
 }
 
-static void ping_conn_start(void)
-{
-	memset(&ping, 0, sizeof(ping));
-}
-
 static const struct aftermath ping_after = {
-	.conn_start = ping_conn_start,
+	CONN_STATE(ping),
 	.nop_answer = ping_answered,
 };
 
@@ -1772,13 +1732,8 @@ static void burst_logout(void)
 	burst.ready = true;
 }
 
-static void burst_conn_start(void)
-{
-	burst.seen = false;
-}
-
 static const struct aftermath burst_after = {
-	.conn_start = burst_conn_start,
+	CONN_STATE(burst.seen),
 	.logout = burst_logout,
 };
 
@@ -2853,7 +2808,9 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 	if (!c)
 		return NULL;
 	/* The modes' state of the last connection goes with it. */
-	AFTER_ALL(conn_start);
+	for (size_t a_ = 0; a_ < NAFTERS; a_++)
+		if (afters[a_]->state)
+			memset(afters[a_]->state, 0, afters[a_]->state_size);
 	c->id = id;
 	c->pd = ibv_alloc_pd(id->verbs);
 	c->ch = ibv_create_comp_channel(id->verbs);
