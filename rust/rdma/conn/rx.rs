@@ -167,9 +167,7 @@ impl RecvSlot {
     ///
     /// `qp` must be valid, and the QP whose completions reach this slot.
     pub(super) unsafe fn post(&self, qp: *mut bindings::ib_qp) -> Result {
-        if self.buf.as_ref().is_none() {
-            return Err(EINVAL);
-        }
+        // (A slot without a buffer is refused by `post_buf`.)
         loop {
             let s = self.state.load(Ordering::Acquire);
             let next = after_post(s).ok_or(EBUSY)?;
@@ -394,7 +392,11 @@ impl<H: QpHandler + ?Sized> Drop for Received<'_, H> {
 
 #[kunit_tests(riser_rdma_rx)]
 mod tests {
-    use super::*;
+    use super::{
+        super::wr::SendDone,
+        *, //
+    };
+    use core::sync::atomic::AtomicI32;
 
     /// A post request posts an idle slot, defers on one being read, and
     /// is refused on one posted or with a repost already asked for.
@@ -417,5 +419,87 @@ mod tests {
         assert_eq!(after_read(READING_REPOST, false), IDLE);
         // A slot at rest takes a post request.
         assert_eq!(after_post(after_read(READING, true)), Some(POSTED));
+    }
+
+    /// Records what [`QpHandler::repost_failed`] was told.
+    #[derive(Default)]
+    struct Recorder {
+        /// The errno of the last failed deferred repost, 0 if none.
+        failed: AtomicI32,
+    }
+
+    impl QpHandler for Recorder {
+        fn recv_done(&self, _rx: Received<'_, Self>) {}
+        fn repost_failed(&self, _tag: u32, e: Error) {
+            self.failed.store(e.to_errno(), Ordering::Relaxed);
+        }
+        fn send_done(&self, _done: SendDone<'_>, _wc: Wc) {}
+    }
+
+    /// Never called: the slots below are never posted to a QP.
+    ///
+    /// # Safety
+    ///
+    /// None needed: it reads nothing.
+    unsafe extern "C" fn no_completion(_cq: *mut bindings::ib_cq, _wc: *mut bindings::ib_wc) {}
+
+    const DONE: Wc = Wc {
+        status: bindings::ib_wc_status_IB_WC_SUCCESS,
+        byte_len: 0,
+        invalidated: None,
+    };
+
+    /// The receive-repost gate `Connection::destroy_qp` relies on: once a
+    /// slot is closed, a handler's repost of a successful receive is
+    /// refused with `ENOTCONN`, and so is a later post request. An open
+    /// slot's repost gets past the gate to the post itself, which fails
+    /// with `EINVAL` because the slot was given no buffer (before any use
+    /// of the QP), so the two errors tell the gate's refusal apart.
+    #[test]
+    fn a_closed_slot_refuses_the_handlers_repost() {
+        let h = Recorder::default();
+        let slot = RecvSlot::new(0, no_completion);
+        let qp = NonNull::<bindings::ib_qp>::dangling();
+        let rcu = rcu::read_lock();
+        // SAFETY: No receive of `slot` was posted, and `qp` is dangling,
+        // which `Received::new`'s contract does not allow: nothing here
+        // reads through it. `new` does not, and a repost stops at the
+        // closed flag or at the missing buffer (`post_now`, `post_buf`)
+        // before the QP is named.
+        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+        assert_eq!(rx.repost(), Err(EINVAL));
+        slot.close();
+        // SAFETY: As above.
+        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+        assert_eq!(rx.repost(), Err(ENOTCONN));
+        // The slot is idle, and a post request is refused too.
+        assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
+        // SAFETY: As above: the closed flag stops the post first.
+        assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Err(ENOTCONN));
+        assert_eq!(h.failed.load(Ordering::Relaxed), 0);
+    }
+
+    /// A post request made while a receive is read is deferred to the end
+    /// of the read; if the slot was closed meanwhile, the deferred repost
+    /// is refused there and the handler told (`repost_failed`).
+    #[test]
+    fn a_deferred_repost_meets_the_gate_at_the_end_of_the_read() {
+        for (close, errno) in [(false, EINVAL), (true, ENOTCONN)] {
+            let h = Recorder::default();
+            let slot = RecvSlot::new(0, no_completion);
+            let qp = NonNull::<bindings::ib_qp>::dangling();
+            let rcu = rcu::read_lock();
+            // SAFETY: As in the test above.
+            let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+            // SAFETY: Deferred while `rx` lives: `qp` is not named.
+            assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Ok(()));
+            assert_eq!(slot.state.load(Ordering::Relaxed), READING_REPOST);
+            if close {
+                slot.close();
+            }
+            drop(rx);
+            assert_eq!(h.failed.load(Ordering::Relaxed), errno.to_errno());
+            assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
+        }
     }
 }
