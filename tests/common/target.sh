@@ -377,8 +377,8 @@ iscsi_start() {
 	# se_tpg->session_lock there, which LIO elsewhere holds around
 	# tpg_state_lock taken with softirqs on: lockdep's "possible irq lock
 	# inversion" in iscsi_target_mod, which turns lock debugging off for
-	# the rest of the guest (Documentation/testing.md). riser neither sees
-	# nor uses the value.
+	# the rest of the guest (Documentation/testing.md). riser does not use
+	# the value.
 	sed -i -e '/^iscsid.startup *=/d' \
 		-e '/^node.session.initial_login_retry_max *=/d' \
 		-e '/^node.session.iscsi.DefaultTime2Retain *=/d' \
