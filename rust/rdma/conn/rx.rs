@@ -165,7 +165,9 @@ impl RecvSlot {
     ///
     /// # Safety
     ///
-    /// `qp` must be valid, and the QP whose completions reach this slot.
+    /// `qp` must be the QP whose completions reach this slot, and valid
+    /// unless the slot has no buffer or is closed: only a post of the
+    /// buffer names it (`post_buf`, reached past both checks).
     pub(super) unsafe fn post(&self, qp: *mut bindings::ib_qp) -> Result {
         // (A slot without a buffer is refused by `post_buf`.)
         loop {
@@ -265,7 +267,9 @@ impl RecvSlot {
 /// The slot is `READING` or `READING_REPOST`, moved there by the
 /// completion this value reports; `len` bytes of its buffer were synced for
 /// the CPU. `qp` is the slot's QP, valid while the completion is handled
-/// (`'a`: the QP is destroyed only after its completions are handled).
+/// (`'a`: the QP is destroyed only after its completions are handled),
+/// unless the slot has no buffer: then nothing is posted, and `qp` never
+/// used.
 /// `rcu` is the read-side section the completion callback holds around
 /// the handler, inside which every repost of this value goes.
 pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
@@ -280,8 +284,10 @@ pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
 impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
     /// # Safety
     ///
-    /// `slot`'s receive completed with `wc` on `qp` (valid for `'a`), and
-    /// no other [`Received`] of it lives.
+    /// `slot`'s receive completed with `wc` on `qp` (valid for `'a`), or
+    /// `slot` has no buffer (nothing was received into it, nothing will be
+    /// posted, and `qp` is not used); and no other [`Received`] of it
+    /// lives.
     pub(super) unsafe fn new(
         slot: &'a RecvSlot,
         qp: NonNull<bindings::ib_qp>,
@@ -358,7 +364,8 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         let this = core::mem::ManuallyDrop::new(self);
         // INVARIANT: only this value moves the slot on from `READING`.
         this.slot.state.store(POSTED, Ordering::Release);
-        // SAFETY: `qp` is valid and the slot's (type invariant); the slot
+        // SAFETY: `qp` is the slot's, valid unless the slot has no buffer
+        // (type invariant), as `post_now` asks; the slot
         // was moved to `POSTED` just above, and this value, its
         // `Received`, is gone with the call.
         unsafe { this.slot.post_now(this.qp.as_ptr()) }
@@ -461,11 +468,10 @@ mod tests {
         let slot = RecvSlot::new(0, no_completion);
         let qp = NonNull::<bindings::ib_qp>::dangling();
         let rcu = rcu::read_lock();
-        // SAFETY: No receive of `slot` was posted, and `qp` is dangling,
-        // which `Received::new`'s contract does not allow: nothing here
-        // reads through it. `new` does not, and a repost stops at the
-        // closed flag or at the missing buffer (`post_now`, `post_buf`)
-        // before the QP is named.
+        // SAFETY: `slot` has no buffer, so `new`'s contract does not ask
+        // for a valid QP: a repost stops at the closed flag or at the
+        // missing buffer (`post_now`, `post_buf`) before `qp` is named.
+        // No other `Received` of it lives.
         let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
         assert_eq!(rx.repost(), Err(EINVAL));
         slot.close();
@@ -474,7 +480,8 @@ mod tests {
         assert_eq!(rx.repost(), Err(ENOTCONN));
         // The slot is idle, and a post request is refused too.
         assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
-        // SAFETY: As above: the closed flag stops the post first.
+        // SAFETY: The slot is closed (and has no buffer): `post` does not
+        // name `qp`.
         assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Err(ENOTCONN));
         assert_eq!(h.failed.load(Ordering::Relaxed), 0);
     }
@@ -491,7 +498,8 @@ mod tests {
             let rcu = rcu::read_lock();
             // SAFETY: As in the test above.
             let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
-            // SAFETY: Deferred while `rx` lives: `qp` is not named.
+            // SAFETY: The slot has no buffer: `post` does not name `qp`
+            // (here it only defers, `rx` living).
             assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Ok(()));
             assert_eq!(slot.state.load(Ordering::Relaxed), READING_REPOST);
             if close {
