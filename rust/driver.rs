@@ -71,6 +71,7 @@ use crate::{
     },
     rdma::{
         conn::{
+            CmdSlotsMade,
             DmaSg,
             RecvBuf, //
         },
@@ -86,6 +87,7 @@ use kernel::{
     prelude::*,
     sync::Arc, //
 };
+use send::TaskBufs;
 
 /// The module: the registered transport, the queue that frees torn-down
 /// connections, the RDMA client and the SCSI host template, torn down in
@@ -287,7 +289,22 @@ impl TransportOps for Iser {
             );
             return Err(EINVAL);
         }
-        Ok(())
+        // What each task of the session needs (a command slot with its
+        // MR and header buffer, a receive for its response, and one per
+        // unsolicited PDU), made here in process context, before the
+        // login and as many as the session has tasks (as ib_iser does at
+        // bind), not for the largest session and not on the login's path.
+        make_task_slots(ep, conn.cmds_max())
+            .and_then(|()| make_ff_recvs(ep, conn.cmds_max()))
+            .inspect_err(|e| {
+                pr_err!(
+                    "bind: cannot make the task resources of the connection to {} \
+                     ({} tasks): {:?}\n",
+                    Addr(ep.dst),
+                    conn.cmds_max(),
+                    e
+                )
+            })
     }
 
     fn stop(ep: &Arc<IserConn>) {
@@ -346,14 +363,22 @@ impl TransportOps for Iser {
         if !login::enters_full_feature(hdr) {
             return Ok(rewrite);
         }
-        // The last login request: make the full-feature receives now, in
-        // process context, as large as declared.
-        let size = match ep.recv_size.load(Relaxed) {
-            0 => DEFAULT_RECV_DSL,
-            v => v,
-        };
-        ep.recv_size.store(size, Relaxed);
-        make_ff_recvs(ep, discovery, size)?;
+        if ep.recv_size.load(Relaxed) == 0 {
+            ep.recv_size.store(DEFAULT_RECV_DSL, Relaxed);
+        }
+        // The last login request: a discovery session's receives, as
+        // large as SendTargets answers may be, are made now (a normal
+        // session's were made at bind, `FF_RECV_CAP` each, which holds
+        // whatever it declared).
+        if discovery {
+            make_discovery_recvs(ep).inspect_err(|e| {
+                pr_err!(
+                    "cannot make the discovery receives of the connection to {}: {:?}\n",
+                    Addr(ep.dst),
+                    e
+                )
+            })?;
+        }
         Ok(rewrite)
     }
 
@@ -376,7 +401,7 @@ impl TransportOps for Iser {
             };
             let need =
                 plan::dataouts(task.unsol_len(), task.max_xmit_dlength()).map_err(|_| EINVAL)?;
-            let pool = res.tx.tags().dataouts;
+            let pool = res.tx.dataout_count();
             if need > pool {
                 // Waiting cannot help: requeued, it would never go.
                 // libiscsi fails the command (DID_ABORT) instead.
@@ -445,29 +470,55 @@ impl TransportOps for Iser {
     }
 }
 
-/// Gives `ep`'s full-feature receives their buffers, of `size` data bytes
-/// each, once (a discovery session's fewer), in process context. A target
-/// may answer the transit without taking it; the next request's buffers
-/// are then the ones already made.
-fn make_ff_recvs(ep: &IserConn, discovery: bool, size: u32) -> Result {
+/// Makes `ep`'s command slots `0..tasks` with their MRs, and the tasks'
+/// send buffers, and gives each slot its header buffer; once (a second
+/// bind finds them made). Everything is allocated outside the resources'
+/// read-side section (allocating may sleep), then installed.
+fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
+    let (pd, pages, dev) = {
+        let res = ep.res().ok_or(ENOTCONN)?;
+        if !res.tx.cmd_headers().is_empty() {
+            return Ok(());
+        }
+        let (most, pages) = res.conn.cmd_slot_caps();
+        if tasks > most {
+            return Err(EINVAL);
+        }
+        (res.conn.pd().clone(), pages, res.dev.dev.clone())
+    };
+    let made = CmdSlotsMade::new(&pd, tasks, pages)?;
+    let bufs = TaskBufs::new(&dev, tasks)?;
+    let res = ep.res().ok_or(ENOTCONN)?;
+    match res.tx.give_task_bufs(bufs) {
+        Ok(()) => {}
+        Err(EBUSY) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    res.conn.install_cmd_slots(made)?;
+    for (i, h) in (0..tasks).zip(res.tx.cmd_headers().iter()) {
+        res.conn.give_cmd_header(i, h.clone())?;
+    }
+    Ok(())
+}
+
+/// Gives `ep`'s full-feature receives (tags `1..=n`) their buffers, once:
+/// one for each of the session's `tasks` (a response each) and each
+/// unsolicited PDU the target may send, `FF_RECV_CAP` data bytes each,
+/// carved from a few chunks. A connection that turns out to be a
+/// discovery session posts its own instead (`make_discovery_recvs`).
+fn make_ff_recvs(ep: &IserConn, tasks: u32) -> Result {
     let (dev, count) = {
         let res = ep.res().ok_or(ENOTCONN)?;
         if res.ff_recvs.as_ref().is_some() {
             return Ok(());
         }
-        let count = if discovery {
-            DISCOVERY_RECVS
-        } else {
-            // One receive per command; the last slot is the drain's.
-            res.sizing.max_recv_wr.saturating_sub(1).max(1)
-        };
-        (res.dev.dev.clone(), count)
+        (
+            res.dev.dev.clone(),
+            sizing::ff_recvs(tasks, res.sizing.max_recv_wr),
+        )
     };
-    let len = HEADERS_LEN + usize::from_safe_cast(size);
-    let mut bufs = KVec::with_capacity(usize::from_safe_cast(count), GFP_KERNEL)?;
-    for _ in 0..count {
-        bufs.push(RecvBuf::new(&dev, len)?, GFP_KERNEL)?;
-    }
+    let len = HEADERS_LEN + usize::from_safe_cast(FF_RECV_CAP);
+    let bufs = RecvBuf::carve(&dev, len, usize::from_safe_cast(count))?;
     let res = ep.res().ok_or(ENOTCONN)?;
     for (tag, b) in (1..=count).zip(bufs) {
         // A tag given its buffer by an earlier attempt that failed part
@@ -479,6 +530,36 @@ fn make_ff_recvs(ep: &IserConn, discovery: bool, size: u32) -> Result {
     }
     let _ = res.ff_recvs.populate(count);
     Ok(())
+}
+
+/// Gives a discovery session's receives (`DISCOVERY_RECVS` tags from
+/// `discovery_tags`) their buffers of `DISCOVERY_RECV_CAP` data bytes,
+/// once, in process context.
+fn make_discovery_recvs(ep: &IserConn) -> Result {
+    let (dev, first) = {
+        let res = ep.res().ok_or(ENOTCONN)?;
+        if res.disc_recvs.as_ref().is_some() {
+            return Ok(());
+        }
+        (res.dev.dev.clone(), discovery_tags(&res.sizing))
+    };
+    let len = HEADERS_LEN + usize::from_safe_cast(DISCOVERY_RECV_CAP);
+    let bufs = RecvBuf::carve(&dev, len, usize::from_safe_cast(DISCOVERY_RECVS))?;
+    let res = ep.res().ok_or(ENOTCONN)?;
+    for (tag, b) in (first..).zip(bufs) {
+        match res.conn.give_recv_buf(tag, b) {
+            Ok(()) | Err(EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = res.disc_recvs.populate(first);
+    Ok(())
+}
+
+/// The first of a discovery session's receive tags: past the receive
+/// queue's depth, so that they are apart from a normal session's.
+pub(crate) fn discovery_tags(s: &sizing::ConnSizing) -> u32 {
+    s.max_recv_wr
 }
 
 impl kernel::InPlaceModule for Riser {

@@ -19,6 +19,7 @@ use super::{
     Iser,
     ASYNC_PER_SEC,
     DEF_XMIT_CMDS_MAX,
+    DISCOVERY_RECVS,
     LOGOUT_GRACE_MS,
     RELEASES,
     RESOLVE_TIMEOUT_MS, //
@@ -334,6 +335,15 @@ impl IserConn {
         // From here the fast paths refuse new work.
         let left = {
             let mut st = self.state.lock();
+            if st.phase.connecting() {
+                // iscsid gave up waiting (its ep_poll timed out) or was
+                // stopped: say so, as iscsid's own line does not say why.
+                pr_warn!(
+                    "connection to {} abandoned before it was established ({} ms after it began)\n",
+                    Addr(self.dst),
+                    self.born.elapsed().as_millis()
+                );
+            }
             let to = match st.phase {
                 Phase::Failed => Phase::Failed,
                 _ => Phase::Terminating,
@@ -489,7 +499,7 @@ impl IserConn {
             cmds: sizing.max_cmds,
             dataouts: n_dataout,
         };
-        let made = Bufs::new(self, &ctx.dev, tag_map)
+        let made = Bufs::new(self, &ctx.dev, tag_map, sizing.signal_interval)
             .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
         let (mut bufs, slot) = match made {
             Ok(m) => m,
@@ -501,7 +511,11 @@ impl IserConn {
         let conn_caps = ConnCaps {
             max_send_wr: sizing.max_send_wr,
             max_recv_wr: sizing.max_recv_wr,
-            recv_tags: sizing.max_recv_wr,
+            // The login's, a normal session's full-feature receives,
+            // and apart from them a discovery session's.
+            recv_tags: super::discovery_tags(&sizing)
+                .checked_add(DISCOVERY_RECVS)
+                .ok_or(EINVAL)?,
             // Control buffers, task slots, Data-Out headers, one
             // signaled LOCAL_INV per MR, and the marker.
             send_tags: tag_map.count().ok_or(EINVAL)?,
@@ -523,18 +537,6 @@ impl IserConn {
         // QP's device), the login requests fail to post their receive.
         if let Some(Err(e)) = bufs.login_rx.take().map(|b| conn.give_recv_buf(0, b)) {
             pr_err!("cannot give the login receive its buffer: {:?}\n", e);
-        }
-        // Each command slot sends from its header buffer. Should it fail
-        // (it cannot: each slot's is new and on the QP's device), the
-        // slot's buffered SENDs fail to post.
-        for (i, h) in (0..).zip(bufs.tx.cmd_headers().iter()) {
-            if let Err(e) = conn.give_cmd_header(i, h.clone()) {
-                pr_err!(
-                    "cannot give command slot {} its header buffer: {:?}\n",
-                    i,
-                    e
-                );
-            }
         }
         let mut private = [0u8; ISER_CM_HDR_LEN];
         // Encoding four bytes into four bytes cannot fail.

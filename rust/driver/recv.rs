@@ -229,10 +229,17 @@ fn deliver_other(
         }
         // Post the full-feature receives before libiscsi sees the last
         // login response, so the target's first PDU finds one.
-        let Some(&n) = res.ff_recvs.as_ref() else {
+        let tags = if ep.discovery.load(Relaxed) {
+            res.disc_recvs
+                .as_ref()
+                .map(|&first| first..first.saturating_add(super::DISCOVERY_RECVS))
+        } else {
+            res.ff_recvs.as_ref().map(|&n| 1..n.saturating_add(1))
+        };
+        let Some(tags) = tags else {
             return Err(Failure::NoFullFeatureBuffers);
         };
-        for tag in 1..=n {
+        for tag in tags {
             if res.conn.post_recv(tag).is_err() {
                 return Err(Failure::FullFeaturePost);
             }

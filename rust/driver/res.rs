@@ -56,8 +56,12 @@ pub(super) struct Res {
     /// The send buffers (`send.rs`).
     pub(super) tx: Tx,
     /// How many full-feature receives (tags `1..=n`) were given their
-    /// buffers; set once, before the last login request is sent.
+    /// buffers; set once, at bind.
     pub(super) ff_recvs: SetOnce<u32>,
+    /// The first tag of a discovery session's receives
+    /// (`DISCOVERY_RECVS` of them), once they were given their buffers:
+    /// set before the last login request of a discovery session is sent.
+    pub(super) disc_recvs: SetOnce<u32>,
     /// The full-feature receives were posted (once: a second full-feature
     /// Login Response is refused). Set by the receive path.
     pub(super) ff_posted: Atomic<bool>,
@@ -88,7 +92,12 @@ impl Bufs {
     /// The buffers of `ep`'s connection on `dev`, whose send tags `tags`
     /// numbers. The target may invalidate riser's keys (SEND_WITH_INV)
     /// when every command registers its memory (always_register).
-    pub(super) fn new(ep: &IserConn, dev: &DeviceRef, tags: TagMap) -> Result<Self> {
+    pub(super) fn new(
+        ep: &IserConn,
+        dev: &DeviceRef,
+        tags: TagMap,
+        signal_interval: u32,
+    ) -> Result<Self> {
         Ok(Self {
             cmds: Cmds::new(
                 tags.cmds,
@@ -96,7 +105,7 @@ impl Bufs {
                 ep.params.always_register,
                 ep.counters.clone(),
             )?,
-            tx: Tx::new(dev, tags)?,
+            tx: Tx::new(dev, tags, signal_interval)?,
             login_rx: Some(RecvBuf::new(dev, HEADERS_LEN + LOGIN_DATA)?),
         })
     }
@@ -121,6 +130,7 @@ impl Res {
             sizing,
             tx: b.tx,
             ff_recvs: SetOnce::default(),
+            disc_recvs: SetOnce::default(),
             ff_posted: Atomic::new(false),
         }
     }

@@ -53,7 +53,7 @@ use crate::{
             Key,
             PlanError, //
         },
-        sizing,
+        sizing::DATAOUT_SLOTS_PER_CMD,
         slot,
         tmf, //
     },
@@ -85,19 +85,27 @@ use kernel::{
     alloc::KVec,
     dma::DataDirection,
     prelude::*,
-    sync::Arc, //
+    sync::{
+        Arc,
+        SetOnce, //
+    },
 };
 
-/// What the send path owns: the buffers PDUs are sent from, and the count
+/// Alignment of the send buffers carved from one chunk: a cache line.
+const HEADER_ALIGN: usize = 64;
+
+/// What the send path owns:
+/// the buffers PDUs are sent from, and the count
 /// that spaces the signaled inline SENDs.
 pub(super) struct Tx {
     /// Buffers of control PDUs that carry data (login, text, NOP-Out with
     /// ping data), sent on tags `0..CTRL_TX`.
     ctrl_tx: KVec<Arc<DmaBuf>>,
-    /// One header buffer per task slot: command and control PDUs.
-    hdrs: KVec<Arc<DmaBuf>>,
-    /// Header buffers of unsolicited Data-Out PDUs, and which are free.
-    dataout: KVec<Arc<DmaBuf>>,
+    /// The buffers of the session's tasks, made at bind
+    /// ([`Tx::give_task_bufs`]).
+    task: SetOnce<TaskBufs>,
+    /// Which Data-Out headers are free (none until the task buffers are
+    /// given).
     dataouts: DataOutPool,
     /// What each send tag carries.
     tags: TagMap,
@@ -109,33 +117,87 @@ pub(super) struct Tx {
     signal_interval: NonZeroU32,
 }
 
-impl Tx {
-    /// The send buffers, on `dev`, of a connection whose send tags `tags`
-    /// numbers (a header buffer per task slot and per unsolicited
-    /// Data-Out).
-    pub(super) fn new(dev: &DeviceRef, tags: TagMap) -> Result<Self> {
-        let headers = |n: u32, len: usize| -> Result<KVec<Arc<DmaBuf>>> {
-            let mut v = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
-            for _ in 0..n {
-                v.push(DmaBuf::new(dev, len, DataDirection::ToDevice)?, GFP_KERNEL)?;
-            }
-            Ok(v)
+/// The send buffers a session's tasks use, as many as it has tasks: one
+/// header buffer per task slot (command and control PDUs) and
+/// `DATAOUT_SLOTS_PER_CMD` per task slot for unsolicited Data-Outs. Made
+/// at bind, in process context, outside any read-side section.
+pub(super) struct TaskBufs {
+    hdrs: KVec<Arc<DmaBuf>>,
+    dataout: KVec<Arc<DmaBuf>>,
+}
+
+impl TaskBufs {
+    /// The buffers of `tasks` task slots on `dev`: carved from a few
+    /// chunks (one allocation and mapping for many buffers), each on cache
+    /// lines of its own, so that two CPUs writing two slots' headers do
+    /// not share a line.
+    pub(super) fn new(dev: &DeviceRef, tasks: u32) -> Result<Self> {
+        let carve = |n: u32| {
+            DmaBuf::carve(
+                dev,
+                HEADERS_LEN,
+                usize::from_safe_cast(n),
+                HEADER_ALIGN,
+                DataDirection::ToDevice,
+            )
         };
         Ok(Self {
-            ctrl_tx: headers(CTRL_TX, HEADERS_LEN + LOGIN_DATA)?,
-            hdrs: headers(tags.cmds, HEADERS_LEN)?,
-            dataout: headers(tags.dataouts, HEADERS_LEN)?,
+            hdrs: carve(tasks)?,
+            dataout: carve(tasks.checked_mul(DATAOUT_SLOTS_PER_CMD).ok_or(EINVAL)?)?,
+        })
+    }
+}
+
+impl Tx {
+    /// The send buffers, on `dev`, of a connection whose send tags `tags`
+    /// numbers (the tasks' come at bind: [`Tx::give_task_bufs`]),
+    /// signaling one inline command SEND in `signal_interval`
+    /// (`proto::sizing::signal_interval`, 1 or more).
+    pub(super) fn new(dev: &DeviceRef, tags: TagMap, signal_interval: u32) -> Result<Self> {
+        Ok(Self {
+            ctrl_tx: DmaBuf::carve(
+                dev,
+                HEADERS_LEN + LOGIN_DATA,
+                usize::from_safe_cast(CTRL_TX),
+                HEADER_ALIGN,
+                DataDirection::ToDevice,
+            )?,
+            task: SetOnce::default(),
             dataouts: DataOutPool::new(tags.dataouts)?,
             tags,
             inline_sends: Atomic::new(0),
-            signal_interval: NonZeroU32::new(sizing::signal_interval(tags.cmds))
-                .unwrap_or(NonZeroU32::MIN),
+            signal_interval: NonZeroU32::new(signal_interval).unwrap_or(NonZeroU32::MIN),
         })
     }
 
-    /// The task slots' header buffers, by slot.
+    /// Gives the session's task buffers, once (`EBUSY` after; `EINVAL` if
+    /// there are more than the send tags number): their Data-Out headers
+    /// join the pool. Allocates nothing.
+    pub(super) fn give_task_bufs(&self, b: TaskBufs) -> Result {
+        let n = u32::try_from(b.dataout.len())?;
+        if b.hdrs.len() > usize::from_safe_cast(self.tags.cmds) || n > self.tags.dataouts {
+            return Err(EINVAL);
+        }
+        if !self.task.populate(b) {
+            return Err(EBUSY);
+        }
+        self.dataouts.grant(n);
+        Ok(())
+    }
+
+    /// The task slots' header buffers, by slot (none before bind).
     pub(super) fn cmd_headers(&self) -> &[Arc<DmaBuf>] {
-        &self.hdrs
+        self.task.as_ref().map_or(&[], |t| &t.hdrs)
+    }
+
+    /// Data-Out header `h` (`None` before bind or beyond the pool).
+    fn dataout(&self, h: u32) -> Option<&Arc<DmaBuf>> {
+        self.task.as_ref()?.dataout.get(usize::from_safe_cast(h))
+    }
+
+    /// Unsolicited Data-Out headers the connection has (0 before bind).
+    pub(super) fn dataout_count(&self) -> u32 {
+        self.dataouts.size()
     }
 
     /// What each send tag carries.
@@ -186,7 +248,10 @@ fn control_buffer<'a>(
     if data_len == 0 && free(own) {
         return Ok((
             own,
-            res.tx.hdrs.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?,
+            res.tx
+                .cmd_headers()
+                .get(usize::from_safe_cast(idx))
+                .ok_or(EINVAL)?,
         ));
     }
     (0..CTRL_TX)
@@ -502,23 +567,23 @@ fn send_dataouts(
             task.data_out_failed();
             break Some(Failure::NoDataOutHeader);
         };
-        let buf = &res.tx.dataout[usize::from_safe_cast(h)];
-        let sent = headers(IserHeader::default(), &Bhs(d.bhs))
-            .and_then(|hdrs| buf.write(0, &hdrs))
-            .and_then(|()| {
-                if fault::hit(Site::PostDataOut) {
-                    return Err(EIO);
-                }
-                let sges = [
-                    buf.sge(0, HEADERS_LEN, res.conn.pd())?,
-                    r.sge(d.offset, d.len)?,
-                ];
-                res.conn.post_send(SendOp::Send {
-                    tag: res.tx.tags.tag(SendTag::DataOut(h)),
-                    sges: &sges,
-                    keep: Some(buf),
-                })
-            });
+        let send_one = || -> Result {
+            let buf = res.tx.dataout(h).ok_or(EINVAL)?;
+            buf.write(0, &headers(IserHeader::default(), &Bhs(d.bhs))?)?;
+            if fault::hit(Site::PostDataOut) {
+                return Err(EIO);
+            }
+            let sges = [
+                buf.sge(0, HEADERS_LEN, res.conn.pd())?,
+                r.sge(d.offset, d.len)?,
+            ];
+            res.conn.post_send(SendOp::Send {
+                tag: res.tx.tags.tag(SendTag::DataOut(h)),
+                sges: &sges,
+                keep: Some(buf),
+            })
+        };
+        let sent = send_one();
         if sent.is_err() {
             reserved.untake(h);
             task.data_out_failed();

@@ -102,25 +102,51 @@ pub(super) struct DataOutPool {
     free: Pin<KBox<SpinLockIrq<KVec<u32>>>>,
     /// Free headers not reserved.
     avail: Atomic<u32>,
+    /// Headers granted ([`DataOutPool::grant`]).
+    size: Atomic<u32>,
     /// By header: the task slot of the command whose Data-Out it carries,
     /// written before its post, read by its completion.
     owner: KVec<Atomic<u32>>,
 }
 
 impl DataOutPool {
-    /// A pool of `n` headers, all free.
+    /// A pool with room for `n` headers, none of them there yet
+    /// ([`DataOutPool::grant`]).
     pub(super) fn new(n: u32) -> Result<Self> {
-        let mut free = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+        let free = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
         let mut owner = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
-        for i in (0..n).rev() {
-            free.push(i, GFP_KERNEL)?;
+        for _ in 0..n {
             owner.push(Atomic::new(0), GFP_KERNEL)?;
         }
         Ok(Self {
             free: KBox::pin_init(new_spinlock_irq!(free, "riser_dataout_free"), GFP_KERNEL)?,
-            avail: Atomic::new(n),
+            avail: Atomic::new(0),
+            size: Atomic::new(0),
             owner,
         })
+    }
+
+    /// Headers `0..n` (at most the room) are there and free; once (the
+    /// pool is given its headers at bind). Allocates nothing.
+    pub(super) fn grant(&self, n: u32) {
+        let n = n.min(u32::try_from(self.owner.len()).unwrap_or(u32::MAX));
+        let mut free = self.free.lock();
+        if self.size.load(Relaxed) != 0 {
+            return;
+        }
+        for i in (0..n).rev() {
+            // Within the capacity made for every header: no allocation.
+            if free.push(i, GFP_ATOMIC).is_err() {
+                return;
+            }
+            self.size.fetch_add(1, Relaxed);
+            self.avail.fetch_add(1, Full);
+        }
+    }
+
+    /// Headers the pool has (free or not).
+    pub(super) fn size(&self) -> u32 {
+        self.size.load(Relaxed)
     }
 
     /// Reserves `n` headers for one command; `None` if fewer are free.

@@ -121,21 +121,25 @@ pub(crate) const TX_MISC_PDUS: u32 = 6;
 /// Unsolicited PDUs a target may send besides responses: NOP-In (2) and
 /// Async Messages (2) (ib_iser's ISER_MAX_RX_MISC_PDUS).
 pub(crate) const RX_MISC_PDUS: u32 = 4;
-/// Unsolicited Data-Out PDUs one command may have in flight.
-pub(crate) const INFLIGHT_DATAOUTS: u32 = 8;
-/// Send work requests one command may need: the command SEND plus its
-/// Data-Outs.
-pub(crate) const SEND_WRS_PER_CMD: u32 = 1 + INFLIGHT_DATAOUTS;
-/// Data-Out header buffers per command slot (a pool shared by the
-/// connection's commands).
-pub(crate) const DATAOUT_SLOTS_PER_CMD: u32 = 4;
+/// Data-Out header buffers per command slot: a pool shared by the
+/// connection's commands, from which a WRITE reserves all the unsolicited
+/// Data-Outs it needs before it is posted.
+pub(crate) const DATAOUT_SLOTS_PER_CMD: u32 = 3;
 /// Send work requests one command has in flight at most besides its share of
 /// the Data-Out pool: a LOCAL_INV chained before its registration (of the
 /// slot's last local-only one), REG_MR, the command SEND, and the signaled
 /// LOCAL_INV of its rkey when the response did not invalidate it.
 pub(crate) const CMD_CHAIN_WRS: u32 = 4;
+/// Send work requests the send queue holds per command slot: its chain and
+/// its share of the Data-Out pool, each of which posts only on a header of
+/// the pool (so the pool's Data-Outs never exceed it).
+pub(crate) const SEND_WRS_PER_CMD: u32 = CMD_CHAIN_WRS + DATAOUT_SLOTS_PER_CMD;
 /// Commands sent unsignaled in a row at most (see [`signal_interval`]).
 pub(crate) const MAX_UNSIGNALED_RUN: u32 = 15;
+/// Send work requests held for finished commands sent unsignaled, whose
+/// slots a provider reclaims only when a later signaled request completes:
+/// a run's chains.
+pub(crate) const UNSIGNALED_WRS: u32 = MAX_UNSIGNALED_RUN * CMD_CHAIN_WRS;
 /// Most scatter/gather pages one registration maps (16 MiB in 4 KiB pages).
 pub(crate) const MAX_SG_PAGES: u32 = 4096;
 
@@ -148,6 +152,9 @@ pub(crate) struct ConnSizing {
     pub(crate) max_send_wr: u32,
     /// Receive queue depth, including one slot for draining.
     pub(crate) max_recv_wr: u32,
+    /// One in this many command SENDs that went inline is signaled
+    /// ([`signal_interval`]).
+    pub(crate) signal_interval: u32,
     /// Completion queue entries for both queues.
     pub(crate) cq_entries: u32,
     /// Scatter/gather entries per command (SCSI host `sg_tablesize`).
@@ -172,9 +179,13 @@ pub(crate) fn conn_sizing(
     sg_gaps: bool,
 ) -> Option<ConnSizing> {
     let reserved = u32::from(!sg_gaps);
+    // The commands' work requests, those of finished unsignaled commands,
+    // and the management PDUs' (ib_iser reserves nine a command instead,
+    // 4619 for 512 commands, which providers that round queues to a power
+    // of two, rxe among them, hold in 8192 slots: these fit in 4096).
     let wanted_send = cmds
         .checked_mul(SEND_WRS_PER_CMD)?
-        .checked_add(TX_MISC_PDUS + RX_MISC_PDUS)?;
+        .checked_add(UNSIGNALED_WRS + TX_MISC_PDUS + RX_MISC_PDUS)?;
     // One send slot stays free for ib_drain_qp.
     let max_send_wr = wanted_send.checked_add(1)?.min(max_qp_wr);
     let max_cmds = max_send_wr
@@ -195,6 +206,7 @@ pub(crate) fn conn_sizing(
         max_cmds,
         max_send_wr,
         max_recv_wr,
+        signal_interval: signal_interval(max_send_wr, max_cmds),
         cq_entries: max_send_wr.checked_add(max_recv_wr)?,
         sg_tablesize,
         pages_per_mr: sg_tablesize + reserved,
@@ -208,15 +220,26 @@ pub(crate) fn conn_sizing(
 /// returned number. The others complete without a completion entry, and a
 /// provider reclaims their send queue slots only when a later signaled
 /// request completes, so up to `interval - 1` finished commands may still
-/// hold [`CMD_CHAIN_WRS`] slots each. The send queue holds
-/// [`SEND_WRS_PER_CMD`] per command slot, of which a command in flight uses
-/// at most [`CMD_CHAIN_WRS`] plus [`DATAOUT_SLOTS_PER_CMD`]: the rest is the
-/// room those finished commands may take. 1 (every SEND signaled) when there
-/// is no room.
-pub(crate) fn signal_interval(max_cmds: u32) -> u32 {
-    let spare = SEND_WRS_PER_CMD.saturating_sub(CMD_CHAIN_WRS + DATAOUT_SLOTS_PER_CMD);
-    let run = max_cmds.saturating_mul(spare) / CMD_CHAIN_WRS;
-    1 + run.min(MAX_UNSIGNALED_RUN)
+/// hold [`CMD_CHAIN_WRS`] slots each. A send queue of `max_send_wr` holds
+/// `max_cmds` commands in flight ([`SEND_WRS_PER_CMD`] each), the
+/// management PDUs and the drain's slot: what is left is the room those
+/// finished commands may take. 1 (every SEND signaled) when there is none.
+pub(crate) fn signal_interval(max_send_wr: u32, max_cmds: u32) -> u32 {
+    let spare = max_send_wr
+        .saturating_sub(1 + TX_MISC_PDUS + RX_MISC_PDUS)
+        .saturating_sub(max_cmds.saturating_mul(SEND_WRS_PER_CMD));
+    1 + (spare / CMD_CHAIN_WRS).min(MAX_UNSIGNALED_RUN)
+}
+
+/// Full-feature receives a normal session posts: one for each of its
+/// `tasks` (each may be answered) and each unsolicited PDU the target may
+/// send ([`RX_MISC_PDUS`]), within the `max_recv_wr` receive queue less
+/// the drain's slot; at least one.
+pub(crate) fn ff_recvs(tasks: u32, max_recv_wr: u32) -> u32 {
+    tasks
+        .saturating_add(RX_MISC_PDUS)
+        .min(max_recv_wr.saturating_sub(1))
+        .max(1)
 }
 
 // In the kernel the tests are a KUnit suite; built as a host crate
@@ -354,16 +377,18 @@ mod tests {
     }
 
     #[test]
-    fn a_large_device_gets_ib_isers_queues() {
-        // 512 commands: 512 * 9 + 10 send WRs plus one for draining.
+    fn a_large_device_gets_queues_for_512_commands() {
+        // 512 commands: 512 * 7, 60 for an unsignaled run and 10 send WRs
+        // plus one for draining: below 4096 (ib_iser's 4619 is not).
         let s = conn_sizing(&defaults(), 512, 16384, 512, false);
         assert_eq!(
             s,
             Some(ConnSizing {
                 max_cmds: 512,
-                max_send_wr: 4619,
+                max_send_wr: 3655,
                 max_recv_wr: 513,
-                cq_entries: 5132,
+                signal_interval: 1 + MAX_UNSIGNALED_RUN,
+                cq_entries: 4168,
                 sg_tablesize: 128,
                 pages_per_mr: 129,
                 max_sectors: 1024,
@@ -378,13 +403,15 @@ mod tests {
         assert!(s.is_some());
         if let Some(s) = s {
             assert_eq!(s.max_send_wr, 1000);
-            assert_eq!(s.max_cmds, (1000 - 11) / 9);
+            assert_eq!(s.max_cmds, (1000 - 11) / 7);
+            // What is left holds no finished command: all signaled.
+            assert_eq!(s.signal_interval, 1);
             assert!(s.max_cmds * SEND_WRS_PER_CMD + TX_MISC_PDUS + RX_MISC_PDUS < s.max_send_wr);
             assert!(s.max_recv_wr > s.max_cmds);
         }
         // A QP that cannot carry one command is refused.
-        assert_eq!(conn_sizing(&defaults(), 512, 19, 512, false), None);
-        assert!(conn_sizing(&defaults(), 512, 20, 512, false).is_some());
+        assert_eq!(conn_sizing(&defaults(), 512, 17, 512, false), None);
+        assert!(conn_sizing(&defaults(), 512, 18, 512, false).is_some());
     }
 
     #[test]
@@ -484,28 +511,48 @@ mod tests {
     #[test]
     fn unsignaled_commands_fit_the_spare_send_slots() {
         // No room: every SEND signaled.
-        assert_eq!(signal_interval(0), 1);
-        assert_eq!(signal_interval(1), 1);
-        // ib_iser's queue (512 commands) and anything from 60 commands up.
-        assert_eq!(signal_interval(512), 1 + MAX_UNSIGNALED_RUN);
-        assert_eq!(signal_interval(60), 1 + MAX_UNSIGNALED_RUN);
-        assert_eq!(signal_interval(59), MAX_UNSIGNALED_RUN);
+        assert_eq!(signal_interval(0, 0), 1);
+        assert_eq!(signal_interval(18, 1), 1);
+        // A queue sized for its commands: a whole run, whatever their number.
+        for cmds in [1, 60, 128, 512] {
+            let s = conn_sizing(&defaults(), cmds, 16384, 512, false);
+            assert_eq!(s.map(|s| s.signal_interval), Some(1 + MAX_UNSIGNALED_RUN));
+        }
         let mut r = Rng(0x9b05_688c_2b3e_6c1f);
-        let spare = u64::from(SEND_WRS_PER_CMD - CMD_CHAIN_WRS - DATAOUT_SLOTS_PER_CMD);
         for _ in 0..2000 {
-            let cmds = r.around(0, 64);
-            let n = signal_interval(cmds);
+            let cmds = r.around(0, 600);
+            let wrs = r.around(0, 5000);
+            let n = signal_interval(wrs, cmds);
             assert!((1..=1 + MAX_UNSIGNALED_RUN).contains(&n));
-            // The finished-but-unreclaimed commands fit what the queue
-            // holds beyond the commands in flight.
-            let in_flight = u64::from(cmds) * u64::from(CMD_CHAIN_WRS + DATAOUT_SLOTS_PER_CMD);
+            // The commands in flight, the finished-but-unreclaimed ones,
+            // the management PDUs and the drain's slot fit the queue, when
+            // any run was allowed.
+            let in_flight = u64::from(cmds) * u64::from(SEND_WRS_PER_CMD);
             let unreclaimed = u64::from(n - 1) * u64::from(CMD_CHAIN_WRS);
-            assert!(in_flight + unreclaimed <= u64::from(cmds) * u64::from(SEND_WRS_PER_CMD));
+            let misc = u64::from(1 + TX_MISC_PDUS + RX_MISC_PDUS);
+            assert!(n == 1 || in_flight + unreclaimed + misc <= u64::from(wrs));
             // And no fewer in a row than that room allows.
-            assert!(
-                n == 1 + MAX_UNSIGNALED_RUN
-                    || unreclaimed + u64::from(CMD_CHAIN_WRS) > u64::from(cmds) * spare
-            );
+            let room = u64::from(wrs).saturating_sub(in_flight + misc) / u64::from(CMD_CHAIN_WRS);
+            assert_eq!(u64::from(n - 1), room.min(u64::from(MAX_UNSIGNALED_RUN)));
+        }
+    }
+
+    /// A session posts a receive per task and per unsolicited PDU, never
+    /// more than the queue holds less the drain's slot, never none.
+    #[test]
+    fn receives_follow_the_sessions_tasks() {
+        // open-iscsi's default session: 128 tasks, on a queue for 512.
+        assert_eq!(ff_recvs(128, 513), 132);
+        assert_eq!(ff_recvs(512, 513), 512);
+        assert_eq!(ff_recvs(u32::MAX, 513), 512);
+        assert_eq!(ff_recvs(0, 0), 1);
+        let mut r = Rng(0x3c6e_f372_fe94_f82b);
+        for _ in 0..1000 {
+            let (t, q) = (r.around(0, 4096), r.around(0, 4096));
+            let n = ff_recvs(t, q);
+            assert!(n >= 1);
+            assert!(n <= q.saturating_sub(1).max(1));
+            assert!(n >= t.saturating_add(RX_MISC_PDUS).min(q.saturating_sub(1)));
         }
     }
 

@@ -42,7 +42,8 @@ use kernel::{
     prelude::*,
     sync::{
         rcu,
-        Arc, //
+        Arc,
+        SetOnce, //
     },
     types::ForeignOwnable, //
 };
@@ -92,15 +93,16 @@ pub(crate) struct ConnCaps {
     pub(crate) recv_tags: u32,
     /// Signaled send tags (`0..send_tags`).
     pub(crate) send_tags: u32,
-    /// Fast-registration MRs (`0..mrs`).
+    /// Fast-registration MRs (`0..mrs`) at most: made with the command
+    /// slots ([`Connection::make_cmd_slots`]).
     pub(crate) mrs: u32,
     /// Pages each MR maps.
     pub(crate) pages_per_mr: u32,
     /// Bytes of inline data wanted per send (0: none). A provider that
     /// refuses them gets a QP without.
     pub(crate) max_inline: u32,
-    /// Command slots (`0..cmd_slots`, at most `mrs`): slot `i` registers
-    /// MR `i` and sends on send tag `cmd_tag_base + i`.
+    /// Command slots (`0..cmd_slots`, at most `mrs`) at most: slot `i`
+    /// registers MR `i` and sends on send tag `cmd_tag_base + i`.
     pub(crate) cmd_slots: u32,
     /// The send tag of command slot 0.
     pub(crate) cmd_tag_base: u32,
@@ -115,16 +117,19 @@ pub(crate) struct ConnCaps {
 /// `qp_destroyed` is set, which [`Connection::destroy_qp`] (through `&mut`,
 /// so with no other user) does when it destroys it, before the MRs, the CQ
 /// and the id; nothing uses `qp` after that. Every tag, MR and command
-/// slot is at a stable address (`KVec` never grown) until the QP is
-/// destroyed; command slot `i` names MR `i` and send tag `tag` of its own.
+/// slot is at a stable address (`KVec` never grown, `slots` set once)
+/// until the QP is destroyed; command slot `i` names MR `i` and send tag
+/// `tag` of its own.
 pub(crate) struct Connection<H: CmHandler + QpHandler> {
     qp: NonNull<bindings::ib_qp>,
     qp_destroyed: bool,
     recv_tags: KVec<RecvSlot>,
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
-    mrs: KVec<MrSlot>,
-    cmds: KVec<CmdSlot>,
+    /// The command slots and their MRs, made once the session's size is
+    /// known ([`Connection::make_cmd_slots`]).
+    slots: SetOnce<CmdSlots>,
+    caps: ConnCaps,
     /// Inline bytes per send the QP takes.
     max_inline: u32,
     pd: Arc<Pd>,
@@ -132,7 +137,39 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     id: CmId<H>,
 }
 
-// SAFETY: Posting is serialised by the provider; the tags and the MR states
+/// A connection's command slots and the MRs they register (slot `i`
+/// registers MR `i`): dropped with the connection, after its QP.
+struct CmdSlots {
+    mrs: KVec<MrSlot>,
+    cmds: KVec<CmdSlot>,
+}
+
+/// The MRs of a connection's command slots, made ahead of
+/// [`Connection::install_cmd_slots`] (in process context: allocating them
+/// may sleep), with room for the slots.
+pub(crate) struct CmdSlotsMade {
+    pd: Arc<Pd>,
+    mrs: KVec<MrSlot>,
+    cmds: KVec<CmdSlot>,
+}
+
+impl CmdSlotsMade {
+    /// `n` MRs of `pages` pages each in `pd`. Process context.
+    pub(crate) fn new(pd: &Arc<Pd>, n: u32, pages: u32) -> Result<Self> {
+        let mut mrs = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+        for _ in 0..n {
+            mrs.push(MrSlot::new(pd, pages)?, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            pd: pd.clone(),
+            mrs,
+            cmds: KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?,
+        })
+    }
+}
+
+// SAFETY: Posting is serialised by the provider; the command slots are set
+// once (`SetOnce`); the tags and the MR states
 // (`claimed`, `valid`, `reg_rkey`) are atomics; an MR's own fields are
 // written and read only by the holder of its claim (`MrClaim`), so by one
 // CPU at a time, and so are a command slot's work requests (the claim of
@@ -144,7 +181,8 @@ unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
 
 impl<H: CmHandler + QpHandler> Connection<H> {
     /// Makes the QP on `id` (whose route is resolved), completing on `cq`,
-    /// with the MRs and tags of `caps`. On failure the id is handed back, so
+    /// with the tags of `caps` (the command slots and MRs come later:
+    /// [`Connection::make_cmd_slots`]). On failure the id is handed back, so
     /// a CM handler never drops (destroys) its own id.
     pub(crate) fn new(
         id: CmId<H>,
@@ -152,11 +190,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         cq: Cq,
         caps: ConnCaps,
     ) -> core::result::Result<Self, (CmId<H>, Error)> {
-        let parts = match Self::parts(&pd, caps) {
+        let parts = match Self::parts(caps) {
             Ok(p) => p,
             Err(e) => return Err((id, e)),
         };
-        let (recv_tags, send_tags, unsignaled, mrs, cmds) = parts;
+        let (recv_tags, send_tags, unsignaled) = parts;
         let attr_for = |max_inline_data: u32| bindings::ib_qp_init_attr {
             event_handler: Some(Self::qp_event_cb),
             qp_context: id.context(),
@@ -205,8 +243,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             recv_tags,
             send_tags,
             unsignaled,
-            mrs,
-            cmds,
+            slots: SetOnce::default(),
+            caps,
             max_inline,
             pd,
             _cq: cq,
@@ -214,17 +252,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         })
     }
 
-    #[allow(clippy::type_complexity)]
-    fn parts(
-        pd: &Arc<Pd>,
-        caps: ConnCaps,
-    ) -> Result<(
-        KVec<RecvSlot>,
-        KVec<Tag>,
-        KBox<Tag>,
-        KVec<MrSlot>,
-        KVec<CmdSlot>,
-    )> {
+    fn parts(caps: ConnCaps) -> Result<(KVec<RecvSlot>, KVec<Tag>, KBox<Tag>)> {
+        // Each command slot's MR and send tag can exist.
+        let tags_end = caps.cmd_tag_base.checked_add(caps.cmd_slots);
+        if caps.cmd_slots > caps.mrs || tags_end.is_none_or(|e| e > caps.send_tags) {
+            return Err(EINVAL);
+        }
         let mut recv = KVec::with_capacity(usize::from_safe_cast(caps.recv_tags), GFP_KERNEL)?;
         for i in 0..caps.recv_tags {
             recv.push(RecvSlot::new(i, Self::recv_done_cb), GFP_KERNEL)?;
@@ -234,30 +267,69 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             send.push(Tag::new(i, Self::send_done_cb), GFP_KERNEL)?;
         }
         let unsignaled = KBox::new(Tag::new(UNSIGNALED_TAG, Self::send_done_cb), GFP_KERNEL)?;
-        let mut mrs = KVec::with_capacity(usize::from_safe_cast(caps.mrs), GFP_KERNEL)?;
-        for _ in 0..caps.mrs {
-            mrs.push(MrSlot::new(pd, caps.pages_per_mr)?, GFP_KERNEL)?;
+        Ok((recv, send, unsignaled))
+    }
+
+    /// How many command slots the connection may have, and the pages
+    /// each one's MR must map: what [`CmdSlotsMade::new`] is given.
+    pub(crate) fn cmd_slot_caps(&self) -> (u32, u32) {
+        (self.caps.cmd_slots, self.caps.pages_per_mr)
+    }
+
+    /// Installs command slots `0..n` with the `n` MRs of `made`, once:
+    /// `EBUSY` after, `ENOTCONN` once the QP is gone, `EINVAL` for MRs of
+    /// another PD or more slots than the connection was made for.
+    /// Allocates nothing (the MRs were made ahead, outside any read-side
+    /// section): a connection sized for the largest session installs only
+    /// what its session can use.
+    pub(crate) fn install_cmd_slots(&self, made: CmdSlotsMade) -> Result {
+        if self.qp_destroyed {
+            return Err(ENOTCONN);
         }
-        // Each command slot's MR and send tag exist.
-        let tags_end = caps.cmd_tag_base.checked_add(caps.cmd_slots);
-        if caps.cmd_slots > caps.mrs || tags_end.is_none_or(|e| e > caps.send_tags) {
+        let CmdSlotsMade { pd, mrs, mut cmds } = made;
+        let n = mrs.len();
+        if !Arc::ptr_eq(&pd, &self.pd)
+            || n == 0
+            || n > usize::from_safe_cast(self.caps.cmd_slots)
+            || cmds.capacity() < n
+        {
             return Err(EINVAL);
         }
-        let unsig = (&raw const unsignaled.cqe).cast_mut();
-        let mut cmds = KVec::with_capacity(usize::from_safe_cast(caps.cmd_slots), GFP_KERNEL)?;
-        for (i, mr) in mrs
-            .iter()
-            .enumerate()
-            .take(usize::from_safe_cast(caps.cmd_slots))
-        {
-            // CAST: `i` < `cmd_slots`, a u32.
-            let tag = caps.cmd_tag_base + i as u32;
-            let cqe = (&raw const send[tag as usize].cqe).cast_mut();
-            cmds.push(CmdSlot::new(mr, tag, cqe, unsig), GFP_KERNEL)?;
+        if self.slots.as_ref().is_some() {
+            return Err(EBUSY);
         }
-        // At their place for good: the vector is never grown.
+        let unsig = (&raw const self.unsignaled.cqe).cast_mut();
+        for (i, mr) in (0..self.caps.cmd_slots).zip(mrs.iter()) {
+            // `cmd_tag_base + cmd_slots` <= `send_tags` (checked in `parts`).
+            let tag = self.caps.cmd_tag_base + i;
+            let t = self
+                .send_tags
+                .get(usize::from_safe_cast(tag))
+                .ok_or(EINVAL)?;
+            let cqe = (&raw const t.cqe).cast_mut();
+            // Within the capacity checked above: nothing is allocated.
+            cmds.push(CmdSlot::new(mr, tag, cqe, unsig), GFP_ATOMIC)?;
+        }
+        // At their place for good: the vector is never grown (moving it
+        // into `slots` moves not its elements).
         cmds.iter_mut().for_each(CmdSlot::link);
-        Ok((recv, send, unsignaled, mrs, cmds))
+        // Two callers at once: one set is kept, the other's dropped
+        // unused (nothing posted names it).
+        if self.slots.populate(CmdSlots { mrs, cmds }) {
+            Ok(())
+        } else {
+            Err(EBUSY)
+        }
+    }
+
+    /// MR `mr`'s slot, if made.
+    fn mr(&self, mr: u32) -> Option<&MrSlot> {
+        self.slots.as_ref()?.mrs.get(usize::from_safe_cast(mr))
+    }
+
+    /// Command slot `idx`, if made.
+    fn cmd(&self, idx: u32) -> Option<&CmdSlot> {
+        self.slots.as_ref()?.cmds.get(usize::from_safe_cast(idx))
     }
 
     /// The CM id.
@@ -439,7 +511,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Takes MR `mr` for exclusive use until the returned claim is
     /// dropped; `EBUSY` while another claim holds it.
     fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
-        let slot = self.mrs.get(usize::from_safe_cast(mr)).ok_or(EINVAL)?;
+        let slot = self.mr(mr).ok_or(EINVAL)?;
         slot.claimed
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| EBUSY)?;
@@ -449,15 +521,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// The rkey of MR `mr`'s last posted registration.
     pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
-        self.mrs
-            .get(usize::from_safe_cast(mr))
-            .map(|s| s.reg_rkey.load(Ordering::Acquire))
+        self.mr(mr).map(|s| s.reg_rkey.load(Ordering::Acquire))
     }
 
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
     /// rkey).
     pub(crate) fn mr_invalidated(&self, mr: u32) {
-        if let Some(s) = self.mrs.get(usize::from_safe_cast(mr)) {
+        if let Some(s) = self.mr(mr) {
             s.valid.store(false, Ordering::Release);
         }
     }
@@ -486,7 +556,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let mut inv_before = None;
         let tag = match op {
             SendOp::LocalInv { mr, tag } => {
-                let s = self.mrs.get(usize::from_safe_cast(mr)).ok_or(EINVAL)?;
+                let s = self.mr(mr).ok_or(EINVAL)?;
                 let t = match tag {
                     Some(t) => {
                         let t = self.send_tags.get(usize::from_safe_cast(t)).ok_or(EINVAL)?;

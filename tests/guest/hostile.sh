@@ -911,12 +911,12 @@ riser_reload() {
 # 2^24 - 1 (the node record offers that; iscsid sends it rounded down to a
 # multiple of 4, 2^24 - 4), burst-min with 512 (the least).
 # riser is loaded with max_sectors=4096 so that one command can need more
-# unsolicited Data-Outs than its connection's pool (512 commands x 4 on
-# rxe: 2048): a WRITE of 1 MiB + 512 bytes is 512 bytes of immediate data
-# and 2048 Data-Outs, one block more needs 2049. riser refuses such a
+# unsolicited Data-Outs than its connection's pool (512 commands x 3 on
+# rxe: 1536): a WRITE of 768 KiB + 512 bytes is 512 bytes of immediate
+# data and 1536 Data-Outs, one block more needs 1537. riser refuses such a
 # command in init_task (libiscsi completes it with DID_ABORT, which the
 # SCSI layer does not retry) and logs it; the connection lives on.
-DO_POOL=2048
+DO_POOL=1536
 BIG_OK=$(((DO_POOL + 1) * 512))
 BIG_NO=$((BIG_OK + 512))
 small_node() {
@@ -996,15 +996,15 @@ small_max() {
 		small_negotiated 16777212 16777212
 	check "burst-max: fio verifies (4k: 512 immediate, 7 Data-Outs)" \
 		fio_verify "$DEV" randrw 4k 4 2M
-	check "burst-max: fio verifies (1 MiB writes: 512 immediate, 2047 Data-Outs)" \
-		fio_verify "$DEV" write 1m 2 4M
-	check "burst-max: a $BIG_OK-byte write (2048 Data-Outs: the pool) reads back" \
+	check "burst-max: fio verifies (512k writes: 512 immediate, 1023 Data-Outs)" \
+		fio_verify "$DEV" write 512k 2 4M
+	check "burst-max: a $BIG_OK-byte write ($DO_POOL Data-Outs: the pool) reads back" \
 		bytes_roundtrip "$BIG_OK" 8
 	dmesg_mark
-	check "burst-max: a $BIG_NO-byte write (2049 Data-Outs) fails, no hang" \
+	check "burst-max: a $BIG_NO-byte write ($((DO_POOL + 1)) Data-Outs) fails, no hang" \
 		write_refused "$BIG_NO"
 	check "burst-max: riser logged the refusal once (no requeue, no retry)" \
-		_wait_for 10 refused_once "$BIG_NO" 2049
+		_wait_for 10 refused_once "$BIG_NO" $((DO_POOL + 1))
 	check "burst-max: the connection survived" no_conn_error
 	check "burst-max: a 2 MiB READ returns what was written" read_2m
 	# (Once seen stalled here until a ping timeout failed the connection:
@@ -1021,7 +1021,7 @@ small_max() {
 # burst-edge: the session negotiates bursts of 1 MiB + 1 KiB (offered by the
 # node record, answered by the target's burst-max), so that both writes of
 # the pool's edge go whole as immediate data and unsolicited Data-Outs: 512
-# bytes and 2048 Data-Outs (the pool) work, 512 and 2049 are refused by
+# bytes and 1536 Data-Outs (the pool) work, 512 and 1537 are refused by
 # riser's init_task at once, logged once, and the connection lives on.
 EDGE_BURST=$((BIG_NO))
 small_edge() {
@@ -1035,13 +1035,13 @@ small_edge() {
 	check "burst-edge: disk $DEV appears" test -b "$DEV"
 	check "burst-edge: negotiated 512-byte PDUs, bursts of $EDGE_BURST" \
 		small_negotiated "$EDGE_BURST" "$EDGE_BURST"
-	check "burst-edge: a $BIG_OK-byte write (2048 Data-Outs: the pool) reads back" \
+	check "burst-edge: a $BIG_OK-byte write ($DO_POOL Data-Outs: the pool) reads back" \
 		bytes_roundtrip "$BIG_OK" 8
 	dmesg_mark
-	check "burst-edge: a $BIG_NO-byte write (2049 Data-Outs) fails, no hang" \
+	check "burst-edge: a $BIG_NO-byte write ($((DO_POOL + 1)) Data-Outs) fails, no hang" \
 		write_refused "$BIG_NO"
 	check "burst-edge: riser logged the refusal once (no requeue, no retry)" \
-		_wait_for 10 refused_once "$BIG_NO" 2049
+		_wait_for 10 refused_once "$BIG_NO" $((DO_POOL + 1))
 	check "burst-edge: the connection survived" no_conn_error
 	check "burst-edge: the disk reads and writes" pattern_roundtrip 2
 	check "burst-edge: logout" iscsi_logout "$IQN" "$IP"

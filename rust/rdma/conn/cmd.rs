@@ -217,7 +217,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Claims command slot `idx`: `EBUSY` while another claim holds it or
     /// its send tag is taken (its last SEND has not completed).
     pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
-        let slot = self.cmds.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        let slot = self.cmd(idx).ok_or(EINVAL)?;
         let tag = self
             .send_tags
             .get(usize::from_safe_cast(slot.tag))
@@ -240,10 +240,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// buffered SENDs ([`CmdSend::Buffered`]) are sent from. The buffer
     /// must be mapped on the connection's device for it to read.
     pub(crate) fn give_cmd_header(&self, idx: u32, buf: Arc<DmaBuf>) -> Result {
-        self.cmds
-            .get(usize::from_safe_cast(idx))
-            .ok_or(EINVAL)?
-            .give_header(&self.pd, buf)
+        self.cmd(idx).ok_or(EINVAL)?.give_header(self.pd(), buf)
     }
 }
 

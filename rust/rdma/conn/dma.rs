@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Memory the device reads or writes: kernel buffers mapped for DMA
-//! ([`DmaBuf`], written by the CPU only through volatile copies; a
-//! [`RecvBuf`] owns one the device writes) and SCSI scatterlists mapped
-//! for a command ([`DmaSg`]).
+//! ([`DmaBuf`], written by the CPU only through volatile copies, several
+//! carved from one allocation; a [`RecvBuf`] owns one the device writes)
+//! and SCSI scatterlists mapped for a command ([`DmaSg`]).
 
 use super::wr::{
     Registration,
@@ -54,8 +54,10 @@ use kernel::{
 ///
 /// # Invariants
 ///
-/// `ptr` points to `len` bytes allocated with `KVec` (capacity `len`), mapped
-/// at `addr` on `dev` in direction `dir` until `drop`.
+/// `ptr..ptr + len` lies inside `chunk`'s memory, at `addr` in its
+/// mapping (on `dev`, in direction `dir`), which stays until the last
+/// buffer of the chunk drops. Buffers carved from one chunk do not
+/// overlap.
 pub(crate) struct DmaBuf {
     pub(super) dev: DeviceRef,
     pub(super) ptr: NonNull<u8>,
@@ -64,25 +66,34 @@ pub(crate) struct DmaBuf {
     pub(super) dir: DataDirection,
     /// `dir` as the DMA API takes it.
     raw_dir: c_int,
+    /// The allocation and mapping the buffer is part of.
+    _chunk: Arc<DmaChunk>,
 }
 
-// SAFETY: The buffer is plain memory owned by the value.
-unsafe impl Send for DmaBuf {}
-// SAFETY: Shared references reach the buffer's memory only with volatile
-// copies (`write`), never through a Rust reference, so concurrent
-// use from several CPUs has no data race (see the type's documentation);
-// the other fields are not written after construction.
-unsafe impl Sync for DmaBuf {}
+/// One allocation mapped for DMA, which one or more [`DmaBuf`]s are carved
+/// from: unmapped and freed when the last of them drops.
+///
+/// # Invariants
+///
+/// `ptr` points to `len` bytes allocated with `KVec` (capacity `len`), mapped
+/// at `addr` on `dev` in direction `raw_dir` until `drop`.
+struct DmaChunk {
+    dev: DeviceRef,
+    ptr: NonNull<u8>,
+    len: usize,
+    addr: u64,
+    raw_dir: c_int,
+}
 
-impl DmaBuf {
+// SAFETY: The chunk is plain memory owned by the value, reached only
+// through the `DmaBuf`s carved from it (see there).
+unsafe impl Send for DmaChunk {}
+// SAFETY: As above; its fields are not written after construction.
+unsafe impl Sync for DmaChunk {}
+
+impl DmaChunk {
     /// Allocates `len` zeroed bytes and maps them on `dev`.
-    pub(crate) fn new(dev: &DeviceRef, len: usize, dir: DataDirection) -> Result<Arc<Self>> {
-        Ok(Arc::new(Self::alloc(dev, len, dir)?, GFP_KERNEL)?)
-    }
-
-    /// As [`DmaBuf::new`], unshared.
-    pub(super) fn alloc(dev: &DeviceRef, len: usize, dir: DataDirection) -> Result<Self> {
-        let raw_dir = sg::map_dir(dir).ok_or(EINVAL)?;
+    fn new(dev: &DeviceRef, len: usize, raw_dir: c_int) -> Result<Arc<Self>> {
         let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
         v.resize(len, 0, GFP_KERNEL)?;
         let (ptr, vlen, cap) = v.into_raw_parts();
@@ -100,15 +111,143 @@ impl DmaBuf {
             drop(unsafe { KVec::from_raw_parts(ptr, len, len) });
             return Err(ENOMEM);
         }
+        let Some(ptr) = NonNull::new(ptr) else {
+            // `into_raw_parts` of a vector gives a non-null pointer; were
+            // it null, nothing was allocated to free (nor mapped usefully).
+            return Err(ENOMEM);
+        };
         // INVARIANT: allocated with capacity `len` and mapped at `addr`.
-        Ok(Self {
-            dev: dev.clone(),
-            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
-            len,
-            addr,
-            dir,
-            raw_dir,
-        })
+        Ok(Arc::new(
+            Self {
+                dev: dev.clone(),
+                ptr,
+                len,
+                addr,
+                raw_dir,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+}
+
+impl Drop for DmaChunk {
+    fn drop(&mut self) {
+        // SAFETY: The memory is mapped at `addr` and was allocated as a
+        // `KVec` of capacity `len` (type invariant); its last buffer is
+        // gone, so nothing refers to it.
+        unsafe {
+            bindings::riser_ib_dma_unmap_single(self.dev.raw(), self.addr, self.len, self.raw_dir);
+            drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
+        }
+    }
+}
+
+// SAFETY: The buffer is plain memory owned (with the other buffers of its
+// chunk) by the value.
+unsafe impl Send for DmaBuf {}
+// SAFETY: Shared references reach the buffer's memory only with volatile
+// copies (`write`), never through a Rust reference, so concurrent
+// use from several CPUs has no data race (see the type's documentation);
+// the other fields are not written after construction.
+unsafe impl Sync for DmaBuf {}
+
+/// Largest chunk [`DmaBuf::carve`] allocates (an order-4 allocation); a
+/// buffer longer than that has one of its own.
+const CARVE_CHUNK: usize = 64 * 1024;
+
+/// How buffers of `len` bytes are carved from chunks of at most `chunk`
+/// bytes, each starting on an `align` boundary (a power of two) of its
+/// chunk: the distance between two buffers' starts, and how many a chunk
+/// holds (at least one: a buffer longer than `chunk` has a chunk of its
+/// own). `None` for an empty buffer, an alignment that is no power of
+/// two, or a stride beyond `usize`.
+fn carve_layout(len: usize, align: usize, chunk: usize) -> Option<(usize, usize)> {
+    if len == 0 || !align.is_power_of_two() {
+        return None;
+    }
+    let stride = len.checked_next_multiple_of(align)?;
+    Some((stride, (chunk / stride).max(1)))
+}
+
+/// Bytes of a chunk holding `k` (at least one) buffers `stride` bytes
+/// apart, the last of them `len` bytes long.
+fn carve_chunk_len(stride: usize, len: usize, k: usize) -> Option<usize> {
+    stride.checked_mul(k.checked_sub(1)?)?.checked_add(len)
+}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes and maps them on `dev`, unshared.
+    pub(super) fn alloc(dev: &DeviceRef, len: usize, dir: DataDirection) -> Result<Self> {
+        let mut v = Self::carve_into(dev, len, 1, 1, dir)?;
+        v.pop().ok_or(ENOMEM)
+    }
+
+    /// `n` buffers of `len` zeroed bytes each, mapped on `dev`, carved
+    /// from chunks of up to `CARVE_CHUNK` bytes, each buffer starting
+    /// `align` bytes (a power of two) after a chunk's start or more: a few
+    /// allocations and mappings instead of one a buffer, and no buffer
+    /// rounded up to a power of two. Should a chunk not be had (memory
+    /// fragmented), the rest get one each.
+    pub(crate) fn carve(
+        dev: &DeviceRef,
+        len: usize,
+        n: usize,
+        align: usize,
+        dir: DataDirection,
+    ) -> Result<KVec<Arc<Self>>> {
+        let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
+        for b in Self::carve_into(dev, len, n, align, dir)? {
+            out.push(Arc::new(b, GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        Ok(out)
+    }
+
+    /// As [`DmaBuf::carve`], unshared.
+    pub(super) fn carve_into(
+        dev: &DeviceRef,
+        len: usize,
+        n: usize,
+        align: usize,
+        dir: DataDirection,
+    ) -> Result<KVec<Self>> {
+        let raw_dir = sg::map_dir(dir).ok_or(EINVAL)?;
+        let (stride, mut per) = carve_layout(len, align, CARVE_CHUNK).ok_or(EINVAL)?;
+        let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
+        while out.len() < n {
+            let k = per.min(n - out.len());
+            let bytes = carve_chunk_len(stride, len, k).ok_or(EINVAL)?;
+            let chunk = match DmaChunk::new(dev, bytes, raw_dir) {
+                Ok(c) => c,
+                Err(e) if e == ENOMEM && k > 1 => {
+                    per = 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for i in 0..k {
+                let off = i * stride;
+                // SAFETY: `off + len` <= the chunk's length (`bytes`:
+                // `carve_chunk_len`), so
+                // the pointer stays inside its allocation.
+                let ptr = unsafe { chunk.ptr.add(off) };
+                // INVARIANT: `off..off + len` is inside the chunk, at
+                // `addr + off` in its mapping; the buffers start `stride`
+                // (>= `len`) bytes apart, so none overlaps another.
+                out.push(
+                    Self {
+                        dev: dev.clone(),
+                        ptr,
+                        len,
+                        addr: chunk.addr + u64::from_safe_cast(off),
+                        dir,
+                        raw_dir,
+                        _chunk: chunk.clone(),
+                    },
+                    GFP_KERNEL,
+                )?;
+            }
+        }
+        Ok(out)
     }
 
     /// A scatter/gather entry for `len` bytes at `off`, with the PD's local
@@ -216,17 +355,6 @@ pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) 
         }
         for i in head + words * WORD..len {
             dst.add(i).write_volatile(src.add(i).read());
-        }
-    }
-}
-
-impl Drop for DmaBuf {
-    fn drop(&mut self) {
-        // SAFETY: The buffer is mapped at `addr` and was allocated as a
-        // `KVec` of capacity `len` (type invariant); nothing refers to it.
-        unsafe {
-            bindings::riser_ib_dma_unmap_single(self.dev.raw(), self.addr, self.len, self.raw_dir);
-            drop(KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.len));
         }
     }
 }
@@ -396,6 +524,42 @@ mod tests {
         assert!(sg::device_reads(DataDirection::Bidirectional));
         assert!(!sg::device_reads(DataDirection::FromDevice));
         assert!(!sg::device_reads(DataDirection::None));
+    }
+
+    /// Carved buffers start on their alignment, do not overlap, and fit
+    /// their chunk, which stays within the limit unless one buffer alone
+    /// exceeds it.
+    #[test]
+    fn carved_buffers_are_aligned_apart_and_inside_their_chunk() {
+        // A receive of 8 KiB data: seven in 64 KiB, 8448 bytes apart.
+        assert_eq!(carve_layout(76 + 8192, 256, 65536), Some((8448, 7)));
+        // A header: 128 bytes apart, 512 in 64 KiB.
+        assert_eq!(carve_layout(76, 64, 65536), Some((128, 512)));
+        // A 256 KiB discovery receive: a chunk of its own.
+        assert_eq!(carve_layout(76 + 262144, 256, 65536), Some((262400, 1)));
+        assert_eq!(carve_layout(0, 64, 65536), None);
+        assert_eq!(carve_layout(76, 48, 65536), None);
+        assert_eq!(carve_layout(usize::MAX, 64, 65536), None);
+        assert_eq!(carve_chunk_len(8448, 8268, 7), Some(8448 * 6 + 8268));
+        assert_eq!(carve_chunk_len(8448, 8268, 0), None);
+        for len in (1..70_000).step_by(97) {
+            for shift in 0..13 {
+                let align = 1usize << shift;
+                let layout = carve_layout(len, align, CARVE_CHUNK);
+                assert!(layout.is_some());
+                let Some((stride, per)) = layout else {
+                    continue;
+                };
+                assert!(stride >= len && stride % align == 0 && stride - len < align);
+                assert!(per >= 1);
+                // The last buffer ends at the chunk's end, the others
+                // before the next one starts; only a lone buffer may make
+                // the chunk exceed the limit.
+                let c = carve_chunk_len(stride, len, per);
+                assert_eq!(c, Some((per - 1) * stride + len));
+                assert!(c.is_some_and(|c| c <= CARVE_CHUNK) || per == 1);
+            }
+        }
     }
 
     /// The volatile copy moves exactly the `len` bytes asked for, and

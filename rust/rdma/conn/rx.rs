@@ -38,6 +38,7 @@ use core::{
     },
 };
 use kernel::{
+    alloc::KVec,
     dma::DataDirection,
     error::to_result,
     prelude::*,
@@ -80,16 +81,36 @@ fn after_read(s: u8, ok: bool) -> u8 {
     }
 }
 
+/// Bytes between the starts of two receive buffers carved from one chunk
+/// (or more): each starts on cache lines of its own, so that syncing one
+/// for the CPU (which on a machine without coherent DMA invalidates whole
+/// lines) never touches a line of another, which the device may be
+/// writing.
+const RECV_ALIGN: usize = 256;
+
 /// A buffer the device writes received PDUs into, mapped on one device.
 /// Made by the driver and given to one receive slot of a [`Connection`]
 /// ([`Connection::give_recv_buf`]), which owns it from then on. Nothing
-/// writes it but the device, while a receive naming it is posted.
+/// writes it but the device, while a receive naming it is posted: its
+/// [`DmaBuf`] is never shared, and the other buffers of its chunk (other
+/// receive buffers) are on other cache lines.
 pub(crate) struct RecvBuf(DmaBuf);
 
 impl RecvBuf {
     /// Allocates `len` zeroed bytes and maps them on `dev` for it to write.
     pub(crate) fn new(dev: &DeviceRef, len: usize) -> Result<Self> {
         Ok(Self(DmaBuf::alloc(dev, len, DataDirection::FromDevice)?))
+    }
+
+    /// `n` buffers of `len` zeroed bytes each, mapped on `dev` for it to
+    /// write, carved from a few chunks ([`DmaBuf::carve`]).
+    pub(crate) fn carve(dev: &DeviceRef, len: usize, n: usize) -> Result<KVec<Self>> {
+        let bufs = DmaBuf::carve_into(dev, len, n, RECV_ALIGN, DataDirection::FromDevice)?;
+        let mut out = KVec::with_capacity(bufs.len(), GFP_KERNEL)?;
+        for b in bufs {
+            out.push(Self(b), GFP_KERNEL)?;
+        }
+        Ok(out)
     }
 
     /// The buffer's length in bytes.
