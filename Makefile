@@ -24,6 +24,8 @@
 #                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
 #   make linkdown   how fast riser and ib_iser notice a lost link (the
 #                   carrier under rxe's netdev lost under fio), in one guest
+#   make scale      16 sessions at once, riser against ib_iser in one guest:
+#                   login and logout of all, kernel memory per session
 #   make failover   how long I/O stops when one of two dm-multipath paths
 #                   dies, riser against ib_iser, in one guest
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
@@ -64,7 +66,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(KMAKE_TOOLS)
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench insns inject linkdown failover \
+.PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench insns inject linkdown failover scale \
 	install uninstall distro-check dkms-install dkms-uninstall dkms-sandbox
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
@@ -80,7 +82,7 @@ SHELL := /bin/bash
 # for every guest before it: they come last. (inject.sh on two vCPUs
 # alone made make check 43 minutes, against 35 planned; its held-up send
 # completions show the same on one.)
-GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/faults.sh tests/guest/inject.sh \
+GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/scale.sh tests/guest/faults.sh tests/guest/inject.sh \
 	tests/guest/features.sh tests/guest/session-siw.sh tests/guest/mpath.sh tests/guest/matrix.sh \
 	tests/guest/check.sh tests/guest/install.sh tests/guest/hostile.sh:2 tests/guest/session.sh:2
 
@@ -209,6 +211,16 @@ linkdown: modules
 # one guest on the debug kernel, RISER_MPATH_ROUNDS rounds each.
 failover: modules
 	RISER_EXPECT_KUNIT=0 RISER_MPATH_COMPARE=1 tests/run-guest --kdir $(KDIR) tests/guest/mpath.sh
+
+# Many sessions at once, riser against ib_iser in one guest
+# (tests/guest/scale.sh, Documentation/performance.md): the time of the
+# login of all and of the logout of all, and the kernel memory a session
+# holds, for each. riser runs first and last: the first round fills the
+# RDMA device's CQ pool, which both later rounds find full (compare those).
+scale: modules
+	RISER_EXPECT_KUNIT=0 RISER_SCALE_INITIATORS="riser ib_iser riser" \
+		tests/run-guest --kdir $(KDIR) --out out/scale tests/guest/scale.sh; \
+	rc=$$?; cat out/scale/scale.txt 2>/dev/null; exit $$rc
 
 reference: modules
 	RISER_EXPECT_KUNIT=0 tests/run-guest --kdir $(KDIR) tests/reference/ib_iser_smoke.sh
