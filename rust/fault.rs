@@ -59,6 +59,52 @@ pub(crate) fn delay_release() {
 #[inline(always)]
 pub(crate) fn delay_release() {}
 
+/// In a test build, when `fault_hold_command` counts down to this call:
+/// the send path calls it for a SCSI command (ITT `itt`, as read from its
+/// BHS) after libiscsi allocated its task and before its slot word is
+/// published, and it waits (busy, at most 5 s) until the receive path has
+/// handled a SCSI Response with that ITT ([`response_handled`]).
+#[cfg(riser_fault_injection)]
+pub(crate) fn hold_command(itt: u32) {
+    // SAFETY: A plain C function with an integer argument; it busy-waits,
+    // which the send path's atomic context allows.
+    unsafe { crate::bindings::riser_fault_hold_command(itt) }
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn hold_command(_itt: u32) {}
+
+/// In a test build, as [`hold_command`] when `fault_hold_posting` counts
+/// down to this call: after the command's slot word is published and before
+/// its work requests are posted.
+#[cfg(riser_fault_injection)]
+pub(crate) fn hold_posting(itt: u32) {
+    // SAFETY: A plain C function with an integer argument; it busy-waits,
+    // which the send path's atomic context allows.
+    unsafe { crate::bindings::riser_fault_hold_posting(itt) }
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn hold_posting(_itt: u32) {}
+
+/// In a test build, the receive path has handled a SCSI Response with ITT
+/// `itt` (handed it on, or failed the connection on it): a command held by
+/// [`hold_command`] with that ITT goes on.
+#[cfg(riser_fault_injection)]
+pub(crate) fn response_handled(itt: u32) {
+    // SAFETY: A plain C function with an integer argument.
+    unsafe { crate::bindings::riser_fault_response_handled(itt) }
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn response_handled(_itt: u32) {}
+
 /// Whether this call of `site` must fail: never, outside a test build.
 #[cfg(not(riser_fault_injection))]
 #[inline(always)]

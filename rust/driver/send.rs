@@ -305,7 +305,12 @@ pub(super) fn command(
     // on another CPU may complete the command. The last step that may
     // fail before the post.
     let post = slot_post(&plan, task.hdr_itt());
+    // Test build: the window between libiscsi's allocation of the task
+    // and the word, held open.
+    fault::hold_command(post.itt);
     res.cmds.hold_command(task, task.hdr_lun(), &post)?;
+    // Test build: the window between the word and the post, held open.
+    fault::hold_posting(post.itt);
     let cmd = CmdPost {
         reg: reg
             .as_ref()
