@@ -459,11 +459,11 @@ impl Cmds {
         task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
-            return match invalidated {
-                Some(rkey) => Err(recv::foreign(rkey, pdu)),
-                // Beyond the slots: libiscsi refuses it.
-                None => Ok(None),
-            };
+            return Err(match invalidated {
+                Some(rkey) => recv::foreign(rkey, pdu),
+                // Beyond the slots: no command of this connection's.
+                None => Self::not_posted(pdu.itt),
+            });
         };
         let r = slot::Response {
             itt: pdu.itt,
@@ -558,9 +558,14 @@ impl Cmds {
         Failure::SlotBroken
     }
 
-    /// Why a response the slot's word refused fails the connection, if it
-    /// does: a stale ITT, or one never sent, goes to libiscsi, which
-    /// refuses it.
+    /// Why a response the slot's word refused fails the connection: every
+    /// refusal does. A response whose ITT no command posted on this
+    /// connection carries (none posted on its slot yet, as after every
+    /// reconnect, or one of another session age) is not handed to
+    /// libiscsi: libiscsi takes a response for any task it has allocated
+    /// with a command and the session's age, and allocates it before
+    /// riser publishes the slot's word, so a target that predicts the
+    /// next ITT would end that command before it is sent.
     #[cold]
     fn refused(
         v: Violation,
@@ -587,11 +592,22 @@ impl Cmds {
                 );
                 Err(Failure::CorruptItt)
             }
-            Violation::UnknownItt => Ok(None),
+            Violation::UnknownItt => Err(Self::not_posted(pdu.itt)),
             Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
                 Self::own_violation(recv::slot_of(pdu.itt), Violation::Unexpected),
             ),
         }
+    }
+
+    /// The failure of a SCSI Response whose ITT no command posted on this
+    /// connection carries.
+    #[cold]
+    fn not_posted(itt: u32) -> Failure {
+        pr_err!(
+            "target sent a SCSI Response for ITT {:#x}, which no command posted on this connection carries\n",
+            itt
+        );
+        Failure::UnknownItt
     }
 
     /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
