@@ -94,6 +94,11 @@ pub(super) struct Slot {
     /// The LUN of the slot's last command, as in its BHS (a TMF's scope
     /// names it): written by the sender before it publishes the word.
     lun: Atomic<u64>,
+    /// The rkey the slot's last command gives the target, when its word
+    /// says `KEY`: written by the sender before it publishes the word, so
+    /// that a response's invalidation and riser's LOCAL_INV name that key
+    /// and never the one the slot's MR held for the command before.
+    rkey: Atomic<u32>,
     /// The command's one task reference while its word says `REF`.
     hold: TaskHold,
 }
@@ -103,6 +108,7 @@ impl Slot {
         Self {
             word: Atomic::new(Word::default().raw()),
             lun: Atomic::new(0),
+            rkey: Atomic::new(0),
             hold: TaskHold::new(),
         }
     }
@@ -337,15 +343,30 @@ impl Cmds {
         self.slots.iter().map(|s| (s.word(), s.lun()))
     }
 
-    /// Publishes a command about to be posted on its slot (`p`, its BHS
-    /// `bhs`). With `p.hold` (the conservative variant of `proto::slot`,
-    /// which the send path does not use: the response takes a reference
-    /// when one is needed), the command's one reference is taken first.
+    /// Whether slot `idx` may take a new command: its word is quiet (its
+    /// last command owes nothing). Asked before anything is mapped into
+    /// the slot's MR: a remap while the last command's key is valid would
+    /// hand that key the new command's pages.
+    pub(super) fn check_quiet(&self, idx: u32) -> Result {
+        let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        if s.word().quiet() {
+            Ok(())
+        } else {
+            Err(Self::slot_reused(idx))
+        }
+    }
+
+    /// Publishes a command about to be posted on its slot (`p`, its LUN
+    /// `lun`), which gives the target `rkey` if `p.key` says it gives one.
+    /// With `p.hold` (the conservative variant of `proto::slot`, which the
+    /// send path does not use: the response takes a reference when one is
+    /// needed), the command's one reference is taken first.
     pub(super) fn hold_command(
         &self,
         task: &Task<'_, Iser>,
         lun: [u8; 8],
         p: &slot::Post,
+        rkey: u32,
     ) -> Result {
         let idx = task.index();
         let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
@@ -361,6 +382,9 @@ impl Cmds {
             }
         }
         s.lun.store(u64::from_ne_bytes(lun), Release);
+        // Before the word: a response that reads the word published reads
+        // this key (the word's compare-and-exchange is fully ordered).
+        s.rkey.store(rkey, Release);
         match s.apply(|w| slot::post(w, p)) {
             Ok(_) => Ok(()),
             Err(_) => {
@@ -468,7 +492,9 @@ impl Cmds {
         let r = slot::Response {
             itt: pdu.itt,
             invalidated,
-            rkey: conn.mr_rkey(idx).unwrap_or(0),
+            // The key the slot's command gives the target, recorded before
+            // its word was published (read only if the word says `KEY`).
+            rkey: s.rkey.load(Acquire),
             remote_inv: self.remote_inv,
         };
         // A command that still waits for something past its response (its
@@ -610,11 +636,19 @@ impl Cmds {
         Failure::UnknownItt
     }
 
-    /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
+    /// Posts the signaled LOCAL_INV of the key the command on slot `idx`
+    /// gave the target (through MR `idx`), whose word says it is due. The
+    /// layer refuses it if that key is not the MR's registered one (the
+    /// command's registration not posted yet).
     pub(super) fn invalidate(&self, conn: &Connection<IserConn>, idx: u32) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
+        let rkey = self
+            .slots
+            .get(usize::from_safe_cast(idx))
+            .map_or(0, |s| s.rkey.load(Acquire));
         conn.post_send(SendOp::LocalInv {
             mr: idx,
+            rkey,
             tag: Some(self.tags.tag(SendTag::Inv(idx))),
         })
         .map_err(|e| {

@@ -272,6 +272,10 @@ pub(super) fn command(
         EBUSY => EAGAIN,
         e => e,
     })?;
+    // Check, then map: the slot's last command owes nothing (the layer's
+    // `map` checks that the MR's last registration the target was given
+    // is invalid) before anything is mapped into its MR.
+    res.cmds.check_quiet(idx)?;
     let sg = task.mapping();
     let reg = match (plan.key, sg) {
         (Key::None, _) => None,
@@ -308,7 +312,12 @@ pub(super) fn command(
     // Test build: the window between libiscsi's allocation of the task
     // and the word, held open.
     fault::hold_command(post.itt);
-    res.cmds.hold_command(task, task.hdr_lun(), &post)?;
+    // The key the command gives the target, recorded before the word.
+    let rkey = reg
+        .as_ref()
+        .filter(|_| plan.remote_mr())
+        .map_or(0, |r| r.rkey());
+    res.cmds.hold_command(task, task.hdr_lun(), &post, rkey)?;
     // Test build: the window between the word and the post, held open.
     fault::hold_posting(post.itt);
     let cmd = CmdPost {

@@ -447,13 +447,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         Ok(MrClaim { slot })
     }
 
-    /// The rkey of MR `mr`'s last posted registration.
-    pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
-        self.mrs
-            .get(usize::from_safe_cast(mr))
-            .map(|s| s.reg_rkey.load(Ordering::Acquire))
-    }
-
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
     /// rkey).
     pub(crate) fn mr_invalidated(&self, mr: u32) {
@@ -485,8 +478,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let mut sges = [const { MaybeUninit::<bindings::ib_sge>::uninit() }; 2];
         let mut inv_before = None;
         let tag = match op {
-            SendOp::LocalInv { mr, tag } => {
+            SendOp::LocalInv { mr, rkey, tag } => {
                 let s = self.mrs.get(usize::from_safe_cast(mr)).ok_or(EINVAL)?;
+                // Only the key of the MR's last posted registration: a key
+                // whose REG_MR is not posted yet would be invalidated
+                // before it is registered, and then registered valid.
+                if s.reg_rkey.load(Ordering::Acquire) != rkey {
+                    return Err(EINVAL);
+                }
                 let t = match tag {
                     Some(t) => {
                         let t = self.send_tags.get(usize::from_safe_cast(t)).ok_or(EINVAL)?;
@@ -497,7 +496,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     }
                     None => None,
                 };
-                let rkey = s.reg_rkey.load(Ordering::Acquire);
                 inv_before = Some((s, s.valid.swap(false, Ordering::AcqRel)));
                 wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                 // SAFETY: Writing a union member.

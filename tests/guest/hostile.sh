@@ -624,7 +624,7 @@ ALL_CM="cm-rsvd cm-short cm-long"
 ALL_SMALL="burst-max burst-edge burst-min"
 ALL_REG0="inv-global"
 ALL_HOLD="silent-redo"
-ALL_EARLY="early-rsp-reconnect early-rsp"
+ALL_EARLY="early-rsp-reconnect early-rsp stale-key"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
@@ -1204,6 +1204,13 @@ fi
 # connection, naming the ITT; the READ is retried and returns the disk's
 # data. One command at a time (no fio, no pings), so that the target's
 # guess holds.
+# stale-key: as early-rsp, on a slot used on the connection before, and
+# the answer invalidates the key the slot's last command gave
+# (SEND_WITH_INV, which rxe takes for an MR whose registration is already
+# invalid), while the command is held after its slot word, before its post
+# (fault_hold_posting): riser compares the invalidation with the key the
+# command will give, recorded in its slot before the word, never with what
+# the MR held before, and fails the connection.
 EARLY_FAILED="$FAILED: SCSI Response for no command posted"
 early_node() {
 	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
@@ -1218,8 +1225,9 @@ early_data_setup() {
 		dd if=/tmp/early-exp of="$DEV" bs=4k seek=$((TRIGGER_LBA / 8)) oflag=direct \
 			status=none
 }
-# early_refused: riser's failure line for the early response, naming the
-# ITT the target answered.
+# early_refused MODE: riser's failure line for the early response, naming
+# the ITT the target answered: for stale-key, the invalidation of a key
+# that is not the one the command gives (its slot's MR held it before).
 early_refused() {
 	local itt
 	itt=$(evil_since early | sed -n 's/^evil: early-rsp: GOOD status sent for itt \(0x[0-9a-f]*\) .*/\1/p' |
@@ -1227,8 +1235,13 @@ early_refused() {
 	[ -n "$itt" ] || { echo "the target sent no early answer"; return 1; }
 	printf -v itt '%#x' "$itt"
 	echo "the target answered ITT $itt early"
-	_wait_for 30 dmesg_has "riser: target sent a SCSI Response for ITT $itt, which no command posted on this connection carries" &&
-		dmesg_has "$EARLY_FAILED"
+	if [ "$1" = stale-key ]; then
+		_wait_for 30 dmesg_has "riser: target invalidated rkey 0x[0-9a-f]+ with a ScsiResponse for ITT $itt, not that task's key" &&
+			dmesg_has "$FAILED: foreign remote invalidation"
+	else
+		_wait_for 30 dmesg_has "riser: target sent a SCSI Response for ITT $itt, which no command posted on this connection carries" &&
+			dmesg_has "$EARLY_FAILED"
+	fi
 }
 # early_fire MODE: READs one at a time, the last the priming one (300 for
 # early-rsp-reconnect, so that the target learns the slots' order; one for
@@ -1241,6 +1254,7 @@ early_refused() {
 early_fire() {
 	local m=$1 rc warm=1 knob=fault_hold_command
 	[ "$m" = early-rsp ] || warm=300
+	[ "$m" != stale-key ] || knob=fault_hold_posting
 	dmesg_mark
 	evil_mark early
 	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8 - warm)) count=$warm \
@@ -1259,7 +1273,7 @@ early_fire() {
 	check "$m: riser held the command ($knob) until the answer was handled (test build)" \
 		dmesg_has "riser: fault injected: command itt 0x[0-9a-f]+ held [0-9]+ ms, until a SCSI Response for it was handled"
 	check "$m: riser refused the early answer, naming its ITT, and failed the connection" \
-		early_refused "$m"
+		early_refused "$m" "$m"
 	check "$m: session logged in again" _wait_for 120 session_up "$IQN"
 	check "$m: both READs succeeded and returned the disk's data" \
 		eval '[ "$rc" = 0 ] && cmp /tmp/early-got /tmp/early-exp'
