@@ -93,6 +93,8 @@ all: modules
 modules:
 	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
 	$(KMAKE) modules
+	$(if $(filter command line,$(origin RISER_FAULT_INJECTION)),,@! modinfo -F test_build riser.ko | grep -q . || \
+		{ echo "riser.ko is a test build, though RISER_FAULT_INJECTION was not asked for" >&2; exit 1; })
 
 # rustfmt follows the crate's `mod` declarations from the root.
 fmt:
@@ -128,6 +130,8 @@ inject:
 	@mkdir -p out/fault-build
 	rsync -a --delete Kbuild include rust scripts out/fault-build/
 	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/fault-build $(KMAKE_TOOLS) RISER_FAULT_INJECTION=1 W=1e modules
+	@modinfo -F test_build out/fault-build/riser.ko | grep -q . || \
+		{ echo "out/fault-build/riser.ko has no test-build mark" >&2; exit 1; }
 
 $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out

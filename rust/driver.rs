@@ -483,6 +483,7 @@ fn make_ff_recvs(ep: &IserConn, discovery: bool, size: u32) -> Result {
 
 impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        crate::fault::announce();
         if let Ok(p) = crate::params::current() {
             if !p.always_register {
                 pr_warn!(

@@ -1,9 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Fault injection for tests: in a build made with
-//! `make RISER_FAULT_INJECTION=1`, module parameters make the Nth call of an
+//! `make RISER_FAULT_INJECTION=1` (on make's command line only: Kbuild),
+//! which says so in modinfo (`test_build`) and at load, module parameters make the Nth call of an
 //! operation fail (`rust/params.c`), so the failure paths run under test. In
 //! any other build [`hit`] is `false` and costs nothing.
+
+/// Says at load that this is a test build: its knobs make riser fail and
+/// wait on purpose.
+#[cfg(riser_fault_injection)]
+pub(crate) fn announce() {
+    kernel::pr_warn!(
+        "test build (RISER_FAULT_INJECTION=1): fault-injection knobs loaded, not for use\n"
+    );
+}
+
+/// Nothing, outside a test build.
+#[cfg(not(riser_fault_injection))]
+#[inline(always)]
+pub(crate) fn announce() {}
 
 /// An operation that can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

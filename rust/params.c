@@ -103,6 +103,8 @@ bool riser_param_pi_enable(void)
  * this). Writing N to one of these makes the Nth call from then on of that
  * operation fail; 0 (the default) never.
  */
+MODULE_INFO(test_build, "fault injection (RISER_FAULT_INJECTION=1): not for use");
+
 static int fault_post_send, fault_post_recv, fault_map_mr, fault_dma_map, fault_post_dataout;
 module_param(fault_post_send, int, 0644);
 MODULE_PARM_DESC(fault_post_send, "Test build: fail the Nth post_send from now");
