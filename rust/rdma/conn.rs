@@ -642,11 +642,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Called by ib_core's CQ polling with a completion of a send posted by
     /// [`Connection::post_send`].
     unsafe extern "C" fn send_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-        // SAFETY: As in `recv_done_cb`.
-        let (tag, h, w) = unsafe {
+        // SAFETY: ib_core passes a valid completion of this connection's
+        // QP; `wr_cqe` is one of this connection's `Tag`s.
+        let (tag, qp, w) = unsafe {
             let wc = &*wc;
             let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
-            (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
+            (tag, wc.qp, Self::wc(wc))
         };
         // The tag is released by the handler (or when `SendDone` drops),
         // after it took what it kept for this request: released before, a
@@ -655,6 +656,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: ib_core reports each posted request's completion once;
         // this is the completion of the request `tag` was held for.
         let done = unsafe { SendDone::new(tag) };
+        // Checked before anything is read through it, as in
+        // `recv_done_cb`: with no QP there is no handler to tell, and the
+        // tag goes back as `done` drops.
+        let Some(qp) = NonNull::new(qp) else {
+            return;
+        };
+        // SAFETY: The QP is this connection's, its context the `Arc<H>`
+        // its id owns, alive until the QP is gone, which is after its
+        // completions are handled.
+        let h = unsafe { Arc::<H>::borrow((*qp.as_ptr()).qp_context) };
         h.send_done(done, w);
     }
 }
