@@ -312,8 +312,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         initiator_depth: u8,
     ) -> Result {
         // Only inside this id's running handler: the event's id must be
-        // this one, and the caller the task running its handler (an
-        // `&CmIdRef` of the id can be had outside it, from `CmId::as_ref`).
+        // this one (another id's handler holds another id's mutex), and the
+        // caller the task running its handler.
         if !core::ptr::eq(ev.as_raw(), self.cm().as_raw()) || !self.cm().in_own_handler() {
             return Err(EINVAL);
         }
@@ -333,8 +333,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     /// Starts a disconnect; the QP moves to the error state and outstanding
-    /// work requests flush.
-    pub(crate) fn disconnect(&self) {
+    /// work requests flush. It may sleep (`rdma_disconnect` takes the id's
+    /// locks and may wait): private, so that only [`Connection::destroy_qp`]
+    /// calls it, which needs `&mut self` and runs in process context (the
+    /// driver's disconnects from its CM handler go through
+    /// [`CmIdRef::disconnect`], which only a handler has).
+    fn disconnect(&self) {
         // SAFETY: The id is valid (type invariant); a failure means it was
         // not connected, which is fine to ignore.
         let _ = unsafe { bindings::rdma_disconnect(self.cm().as_raw()) };
