@@ -136,7 +136,10 @@ impl Slot {
             }
             match self.word.cmpxchg(cur, s.word.raw(), Full) {
                 Ok(_) => return Ok(s),
-                Err(now) => cur = now,
+                // Read again with acquire: a failed compare-and-exchange
+                // orders nothing, and a transition may read what was stored
+                // before the word it sees (the command's key).
+                Err(_) => cur = self.word.load(Acquire),
             }
         }
     }
@@ -492,9 +495,7 @@ impl Cmds {
         let r = slot::Response {
             itt: pdu.itt,
             invalidated,
-            // The key the slot's command gives the target, recorded before
-            // its word was published (read only if the word says `KEY`).
-            rkey: s.rkey.load(Acquire),
+            rkey: 0,
             remote_inv: self.remote_inv,
         };
         // A command that still waits for something past its response (its
@@ -507,7 +508,15 @@ impl Cmds {
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
         let pre = Self::take_ref_ahead(s, idx, pdu.itt, invalidated.is_some(), task_ref)?;
-        let step = match s.apply(|w| slot::response(w, &r)) {
+        // The key the slot's command gives the target, recorded before its
+        // word was published: read after the word (in the transition), so
+        // that a word seen published comes with its command's key, never
+        // the slot's previous command's (the word's compare-and-exchange is
+        // fully ordered after the key's store).
+        let step = match s.apply(|w| {
+            let rkey = s.rkey.load(Acquire);
+            slot::response(w, &slot::Response { rkey, ..r })
+        }) {
             Ok(step) => step,
             Err(v) => {
                 if pre {
