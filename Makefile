@@ -73,7 +73,7 @@ SHELL := /bin/bash
 # tests/run-guest runs one-vCPU guests three at a time, longest first here,
 # then hostile.sh (the hostile target's modes that race a command's end
 # against its sends or its task slot's reuse, early status, the held
-# release) and session.sh each alone on two vCPUs, so that riser's
+# release, answers to commands not yet sent) and session.sh each alone on two vCPUs, so that riser's
 # submission and completion paths run in parallel under KASAN and lockdep
 # (a response on one CPU while the command's Data-Outs go out on the
 # other); hostile-session.sh has the hostile target's other modes on one. A guest with two vCPUs waits

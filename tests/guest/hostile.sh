@@ -32,8 +32,10 @@
 # of its accept (cm-garbage); one that takes 512-byte PDUs with bursts at
 # the extremes RFC 7143 allows (small-pdu, riser reloaded with larger
 # commands); one that answers a READ by invalidating the PD's global rkey
-# (always_register=0, riser reloaded with it). Logout, a kmemleak scan,
-# rmmod.
+# (always_register=0, riser reloaded with it); one that answers commands
+# before they come, while the test build holds them before their slot word
+# or their post (early-rsp, riser reloaded from the test build). Logout, a
+# kmemleak scan, rmmod.
 
 set -u
 . "$RISER_TOP/tests/common/lib.sh"
