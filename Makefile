@@ -75,7 +75,7 @@ SHELL := /bin/bash
 # tests/run-guest runs one-vCPU guests three at a time, longest first here,
 # then hostile.sh (the hostile target's modes that race a command's end
 # against its sends or its task slot's reuse, early status, the held
-# release) and session.sh each alone on two vCPUs, so that riser's
+# release, answers to commands not yet sent) and session.sh each alone on two vCPUs, so that riser's
 # submission and completion paths run in parallel under KASAN and lockdep
 # (a response on one CPU while the command's Data-Outs go out on the
 # other); hostile-session.sh has the hostile target's other modes on one. A guest with two vCPUs waits
@@ -95,6 +95,8 @@ all: modules
 modules:
 	@test -n "$(KDIR)" || { echo "no kernel tree: run scripts/setup or set KDIR" >&2; exit 1; }
 	$(KMAKE) modules
+	$(if $(filter command line,$(origin RISER_FAULT_INJECTION)),,@! modinfo -F test_build riser.ko | grep -q . || \
+		{ echo "riser.ko is a test build, though RISER_FAULT_INJECTION was not asked for" >&2; exit 1; })
 
 # rustfmt follows the crate's `mod` declarations from the root.
 fmt:
@@ -130,6 +132,8 @@ inject:
 	@mkdir -p out/fault-build
 	rsync -a --delete Kbuild include rust scripts out/fault-build/
 	$(MAKE) -C $(KDIR) M=$(CURDIR)/out/fault-build $(KMAKE_TOOLS) RISER_FAULT_INJECTION=1 W=1e modules
+	@modinfo -F test_build out/fault-build/riser.ko | grep -q . || \
+		{ echo "out/fault-build/riser.ko has no test-build mark" >&2; exit 1; }
 
 $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out

@@ -90,6 +90,12 @@ bool riser_fault_hit(int site);
 void riser_fault_delay_send_done(void);
 /* In a test build, waits while fault_release_hold is set (rust/params.c). */
 void riser_fault_delay_release(void);
+/* In a test build, holds a SCSI command before its slot word (rust/params.c). */
+void riser_fault_hold_command(u32 itt);
+/* The same, after the slot word and before the post (rust/params.c). */
+void riser_fault_hold_posting(u32 itt);
+/* In a test build, ends that hold once a response for the command was handled. */
+void riser_fault_response_handled(u32 itt);
 
 /* Tracepoints (rust/trace.c, include/riser_trace.h). */
 void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);

@@ -564,6 +564,7 @@ pub(crate) fn discovery_tags(s: &sizing::ConnSizing) -> u32 {
 
 impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        crate::fault::announce();
         if let Ok(p) = crate::params::current() {
             if !p.always_register {
                 pr_warn!(

@@ -103,6 +103,8 @@ bool riser_param_pi_enable(void)
  * this). Writing N to one of these makes the Nth call from then on of that
  * operation fail; 0 (the default) never.
  */
+MODULE_INFO(test_build, "fault injection (RISER_FAULT_INJECTION=1): not for use");
+
 static int fault_post_send, fault_post_recv, fault_map_mr, fault_dma_map, fault_post_dataout;
 module_param(fault_post_send, int, 0644);
 MODULE_PARM_DESC(fault_post_send, "Test build: fail the Nth post_send from now");
@@ -191,6 +193,72 @@ void riser_fault_delay_release(void)
 }
 
 /*
+ * Writing N to fault_hold_command makes the Nth SCSI command from then on
+ * wait in riser's xmit_task, between libiscsi's allocation of its task (its
+ * ITT is known, and libiscsi would take a response for it) and the
+ * publication of its task slot's completion word; to fault_hold_posting,
+ * between that publication and the post of its work requests (its
+ * registration and SEND). It waits until a SCSI Response with its ITT has
+ * been handled by the receive path (on the other CPU), or 5 s: a target's
+ * answer to the command, sent before the command can have arrived (its ITT
+ * predicted), then meets the command in that window whatever the timing
+ * (tests/guest/hostile.sh, early-rsp and stale-key). xmit_task runs under
+ * the session's frwd_lock with bottom halves off: the wait is a busy one.
+ */
+static int fault_hold_command, fault_hold_posting;
+module_param(fault_hold_command, int, 0644);
+MODULE_PARM_DESC(fault_hold_command,
+		 "Test build: hold the Nth SCSI command from now before its slot word, until a response for it came (5 s at most)");
+module_param(fault_hold_posting, int, 0644);
+MODULE_PARM_DESC(fault_hold_posting,
+		 "Test build: hold the Nth SCSI command from now after its slot word, before its post, until a response for it came (5 s at most)");
+
+static u32 fault_held_itt;
+static bool fault_holding, fault_held_answered;
+
+static void riser_fault_hold(int *knob, const char *where, u32 itt)
+{
+	unsigned long t0 = jiffies;
+	bool answered;
+	int n;
+
+	do {
+		n = READ_ONCE(*knob);
+		if (n <= 0)
+			return;
+	} while (cmpxchg(knob, n, n - 1) != n);
+	if (n != 1)
+		return;
+	WRITE_ONCE(fault_held_itt, itt);
+	WRITE_ONCE(fault_held_answered, false);
+	smp_store_release(&fault_holding, true);
+	pr_warn("riser: fault injected: command itt %#x held %s\n", itt, where);
+	while (!(answered = smp_load_acquire(&fault_held_answered)) &&
+	       time_before(jiffies, t0 + 5 * HZ))
+		mdelay(1);
+	WRITE_ONCE(fault_holding, false);
+	pr_warn("riser: fault injected: command itt %#x held %u ms, %s\n", itt,
+		jiffies_to_msecs(jiffies - t0),
+		answered ? "until a SCSI Response for it was handled" : "and no response for it came");
+}
+
+void riser_fault_hold_command(u32 itt)
+{
+	riser_fault_hold(&fault_hold_command, "before its slot word", itt);
+}
+
+void riser_fault_hold_posting(u32 itt)
+{
+	riser_fault_hold(&fault_hold_posting, "after its slot word, before its post", itt);
+}
+
+void riser_fault_response_handled(u32 itt)
+{
+	if (smp_load_acquire(&fault_holding) && READ_ONCE(fault_held_itt) == itt)
+		smp_store_release(&fault_held_answered, true);
+}
+
+/*
  * Writing a network interface's name makes ib_core deliver
  * IB_EVENT_DEVICE_FATAL for the RDMA device on it (ib_dispatch_event, to
  * every registered event handler, riser's among them), as a provider does
@@ -238,6 +306,18 @@ void riser_fault_delay_send_done(void)
 }
 
 void riser_fault_delay_release(void)
+{
+}
+
+void riser_fault_hold_command(u32 itt)
+{
+}
+
+void riser_fault_hold_posting(u32 itt)
+{
+}
+
+void riser_fault_response_handled(u32 itt)
 {
 }
 #endif

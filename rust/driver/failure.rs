@@ -51,6 +51,10 @@ pub(crate) enum Failure {
     /// A SCSI Response carried its command's ITT with bits set that
     /// libiscsi ignores.
     CorruptItt,
+    /// A SCSI Response's ITT is carried by no command posted on the
+    /// connection (none yet on its task slot, another session age, or
+    /// beyond the slots).
+    UnknownItt,
     /// A second full-feature Login Response.
     SecondFullFeature,
     /// The full feature phase began without receive buffers.
@@ -98,6 +102,7 @@ impl Failure {
             Self::TmfWithData => "TMF Response with data",
             Self::TmfWithoutTmf => "TMF Response without a TMF",
             Self::CorruptItt => "SCSI Response with a corrupt ITT",
+            Self::UnknownItt => "SCSI Response for no command posted",
             Self::SecondFullFeature => "second full-feature Login Response",
             Self::NoFullFeatureBuffers => "full feature phase without receive buffers",
             Self::FullFeaturePost => "cannot post the full-feature receives",

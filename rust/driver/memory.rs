@@ -94,6 +94,11 @@ pub(super) struct Slot {
     /// The LUN of the slot's last command, as in its BHS (a TMF's scope
     /// names it): written by the sender before it publishes the word.
     lun: Atomic<u64>,
+    /// The rkey the slot's last command gives the target, when its word
+    /// says `KEY`: written by the sender before it publishes the word, so
+    /// that a response's invalidation and riser's LOCAL_INV name that key
+    /// and never the one the slot's MR held for the command before.
+    rkey: Atomic<u32>,
     /// The command's one task reference while its word says `REF`.
     hold: TaskHold,
 }
@@ -103,6 +108,7 @@ impl Slot {
         Self {
             word: Atomic::new(Word::default().raw()),
             lun: Atomic::new(0),
+            rkey: Atomic::new(0),
             hold: TaskHold::new(),
         }
     }
@@ -130,7 +136,10 @@ impl Slot {
             }
             match self.word.cmpxchg(cur, s.word.raw(), Full) {
                 Ok(_) => return Ok(s),
-                Err(now) => cur = now,
+                // Read again with acquire: a failed compare-and-exchange
+                // orders nothing, and a transition may read what was stored
+                // before the word it sees (the command's key).
+                Err(_) => cur = self.word.load(Acquire),
             }
         }
     }
@@ -337,15 +346,30 @@ impl Cmds {
         self.slots.iter().map(|s| (s.word(), s.lun()))
     }
 
-    /// Publishes a command about to be posted on its slot (`p`, its BHS
-    /// `bhs`). With `p.hold` (the conservative variant of `proto::slot`,
-    /// which the send path does not use: the response takes a reference
-    /// when one is needed), the command's one reference is taken first.
+    /// Whether slot `idx` may take a new command: its word is quiet (its
+    /// last command owes nothing). Asked before anything is mapped into
+    /// the slot's MR: a remap while the last command's key is valid would
+    /// hand that key the new command's pages.
+    pub(super) fn check_quiet(&self, idx: u32) -> Result {
+        let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        if s.word().quiet() {
+            Ok(())
+        } else {
+            Err(Self::slot_reused(idx))
+        }
+    }
+
+    /// Publishes a command about to be posted on its slot (`p`, its LUN
+    /// `lun`), which gives the target `rkey` if `p.key` says it gives one.
+    /// With `p.hold` (the conservative variant of `proto::slot`, which the
+    /// send path does not use: the response takes a reference when one is
+    /// needed), the command's one reference is taken first.
     pub(super) fn hold_command(
         &self,
         task: &Task<'_, Iser>,
         lun: [u8; 8],
         p: &slot::Post,
+        rkey: u32,
     ) -> Result {
         let idx = task.index();
         let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
@@ -361,6 +385,9 @@ impl Cmds {
             }
         }
         s.lun.store(u64::from_ne_bytes(lun), Release);
+        // Before the word: a response that reads the word published reads
+        // this key (the word's compare-and-exchange is fully ordered).
+        s.rkey.store(rkey, Release);
         match s.apply(|w| slot::post(w, p)) {
             Ok(_) => Ok(()),
             Err(_) => {
@@ -459,16 +486,16 @@ impl Cmds {
         task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
-            return match invalidated {
-                Some(rkey) => Err(recv::foreign(rkey, pdu)),
-                // Beyond the slots: libiscsi refuses it.
-                None => Ok(None),
-            };
+            return Err(match invalidated {
+                Some(rkey) => recv::foreign(rkey, pdu),
+                // Beyond the slots: no command of this connection's.
+                None => Self::not_posted(pdu.itt),
+            });
         };
         let r = slot::Response {
             itt: pdu.itt,
             invalidated,
-            rkey: conn.mr_rkey(idx).unwrap_or(0),
+            rkey: 0,
             remote_inv: self.remote_inv,
         };
         // A command that still waits for something past its response (its
@@ -481,7 +508,15 @@ impl Cmds {
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
         let pre = Self::take_ref_ahead(s, idx, pdu.itt, invalidated.is_some(), task_ref)?;
-        let step = match s.apply(|w| slot::response(w, &r)) {
+        // The key the slot's command gives the target, recorded before its
+        // word was published: read after the word (in the transition), so
+        // that a word seen published comes with its command's key, never
+        // the slot's previous command's (the word's compare-and-exchange is
+        // fully ordered after the key's store).
+        let step = match s.apply(|w| {
+            let rkey = s.rkey.load(Acquire);
+            slot::response(w, &slot::Response { rkey, ..r })
+        }) {
             Ok(step) => step,
             Err(v) => {
                 if pre {
@@ -558,9 +593,14 @@ impl Cmds {
         Failure::SlotBroken
     }
 
-    /// Why a response the slot's word refused fails the connection, if it
-    /// does: a stale ITT, or one never sent, goes to libiscsi, which
-    /// refuses it.
+    /// Why a response the slot's word refused fails the connection: every
+    /// refusal does. A response whose ITT no command posted on this
+    /// connection carries (none posted on its slot yet, as after every
+    /// reconnect, or one of another session age) is not handed to
+    /// libiscsi: libiscsi takes a response for any task it has allocated
+    /// with a command and the session's age, and allocates it before
+    /// riser publishes the slot's word, so a target that predicts the
+    /// next ITT would end that command before it is sent.
     #[cold]
     fn refused(
         v: Violation,
@@ -587,18 +627,37 @@ impl Cmds {
                 );
                 Err(Failure::CorruptItt)
             }
-            Violation::UnknownItt => Ok(None),
+            Violation::UnknownItt => Err(Self::not_posted(pdu.itt)),
             Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
                 Self::own_violation(recv::slot_of(pdu.itt), Violation::Unexpected),
             ),
         }
     }
 
-    /// Posts the signaled LOCAL_INV of MR `idx`, whose word says it is due.
+    /// The failure of a SCSI Response whose ITT no command posted on this
+    /// connection carries.
+    #[cold]
+    fn not_posted(itt: u32) -> Failure {
+        pr_err!(
+            "target sent a SCSI Response for ITT {:#x}, which no command posted on this connection carries\n",
+            itt
+        );
+        Failure::UnknownItt
+    }
+
+    /// Posts the signaled LOCAL_INV of the key the command on slot `idx`
+    /// gave the target (through MR `idx`), whose word says it is due. The
+    /// layer refuses it if that key is not the MR's registered one (the
+    /// command's registration not posted yet).
     pub(super) fn invalidate(&self, conn: &Connection<IserConn>, idx: u32) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
+        let rkey = self
+            .slots
+            .get(usize::from_safe_cast(idx))
+            .map_or(0, |s| s.rkey.load(Acquire));
         conn.post_send(SendOp::LocalInv {
             mr: idx,
+            rkey,
             tag: Some(self.tags.tag(SendTag::Inv(idx))),
         })
         .map_err(|e| {

@@ -16,6 +16,7 @@ use super::{
     ASYNC_PER_SEC, //
 };
 use crate::{
+    fault,
     iscsi::ITT_INDEX_MASK,
     proto::{
         login,
@@ -89,11 +90,17 @@ fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> 
                 // libiscsi's ITTs are the BHS's bytes as they are in memory.
                 let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
                 ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
-            })?;
-    let r = hand_on(ep, rcu, &bhs, data);
-    // libiscsi has completed the command (or refused the response): the
-    // task is freed once this last reference goes.
-    drop(done_ref);
+            });
+    let r = done_ref.and_then(|done_ref| {
+        let r = hand_on(ep, rcu, &bhs, data);
+        // libiscsi has completed the command (or refused the response):
+        // the task is freed once this last reference goes.
+        drop(done_ref);
+        r
+    });
+    // Test build: a command held before its slot word goes on (before the
+    // connection's failure, which waits for the lock its sender holds).
+    fault::response_handled(pdu.itt);
     r
 }
 

@@ -337,6 +337,10 @@ pub(super) fn command(
         EBUSY => EAGAIN,
         e => e,
     })?;
+    // Check, then map: the slot's last command owes nothing (the layer's
+    // `map` checks that the MR's last registration the target was given
+    // is invalid) before anything is mapped into its MR.
+    res.cmds.check_quiet(idx)?;
     let sg = task.mapping();
     let reg = match (plan.key, sg) {
         (Key::None, _) => None,
@@ -370,7 +374,17 @@ pub(super) fn command(
     // on another CPU may complete the command. The last step that may
     // fail before the post.
     let post = slot_post(&plan, task.hdr_itt());
-    res.cmds.hold_command(task, task.hdr_lun(), &post)?;
+    // Test build: the window between libiscsi's allocation of the task
+    // and the word, held open.
+    fault::hold_command(post.itt);
+    // The key the command gives the target, recorded before the word.
+    let rkey = reg
+        .as_ref()
+        .filter(|_| plan.remote_mr())
+        .map_or(0, |r| r.rkey());
+    res.cmds.hold_command(task, task.hdr_lun(), &post, rkey)?;
+    // Test build: the window between the word and the post, held open.
+    fault::hold_posting(post.itt);
     let cmd = CmdPost {
         reg: reg
             .as_ref()

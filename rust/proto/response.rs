@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Whose a response from the target is: a SCSI Response's ITT against the
-//! command its task slot holds, a TMF Response against the one TMF
-//! outstanding, and which rkey a response may invalidate. Each answer that
-//! is not "the command's own" either goes to libiscsi, which refuses it, or
+//! command its task slot holds, and a TMF Response against the one TMF
+//! outstanding. Which rkey a response may invalidate is the slot word's
+//! to decide (`slot::response`). An answer that is not "the command's own"
 //! fails the connection; none lets a response end a command while the
 //! target can still reach its memory.
 
@@ -50,28 +50,6 @@ pub(crate) fn match_itt(sent: u32, got: u32) -> IttMatch {
 /// only the answer to the one TMF sent, once, may reach it.
 pub(crate) fn answers_tmf(outstanding: Option<&TmfRequest>, itt: u32) -> bool {
     outstanding.is_some_and(|r| r.itt == itt)
-}
-
-/// What a SCSI Response's slot says of the key a remote invalidation names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SlotKey {
-    /// The response's ITT is the slot's command's, every bit.
-    pub(crate) same_itt: bool,
-    /// That command gave the target a key (its MR was registered for
-    /// remote access and advertised), not yet invalidated.
-    pub(crate) given: bool,
-    /// The slot's MR's current key, if the MR is registered and valid.
-    pub(crate) mr_rkey: Option<u32>,
-}
-
-/// Whether a SCSI Response may invalidate `rkey` (Send with Invalidate):
-/// only when Send with Invalidate was agreed (`remote_inv`), the response
-/// is the command's own, and `rkey` is the key that command gave the
-/// target. A valid key the target was never given (a local-only
-/// registration of an all-immediate write still on the slot's MR) is not
-/// the target's to end.
-pub(crate) fn may_invalidate(remote_inv: bool, slot: SlotKey, rkey: u32) -> bool {
-    remote_inv && slot.same_itt && slot.given && slot.mr_rkey == Some(rkey)
 }
 
 #[cfg(MODULE)]
@@ -122,38 +100,5 @@ mod tests {
         assert!(!answers_tmf(Some(&req), 8));
         // None outstanding: a second answer, or an unasked one.
         assert!(!answers_tmf(None, 7));
-    }
-
-    #[test]
-    fn only_a_key_given_to_the_target_may_be_invalidated() {
-        let given = SlotKey {
-            same_itt: true,
-            given: true,
-            mr_rkey: Some(0x1234),
-        };
-        assert!(may_invalidate(true, given, 0x1234));
-        // Send with Invalidate not agreed.
-        assert!(!may_invalidate(false, given, 0x1234));
-        // Another key.
-        assert!(!may_invalidate(true, given, 0x1235));
-        // A valid local-only key on the slot's MR (an all-immediate write
-        // registered it; the target never had it).
-        let local = SlotKey {
-            given: false,
-            ..given
-        };
-        assert!(!may_invalidate(true, local, 0x1234));
-        // Another command's response naming this slot's key.
-        let other = SlotKey {
-            same_itt: false,
-            ..given
-        };
-        assert!(!may_invalidate(true, other, 0x1234));
-        // The MR is invalid already.
-        let gone = SlotKey {
-            mr_rkey: None,
-            ..given
-        };
-        assert!(!may_invalidate(true, gone, 0x1234));
     }
 }

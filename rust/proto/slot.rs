@@ -378,8 +378,9 @@ pub(crate) enum Violation {
     /// (`Failure::CorruptItt`).
     CorruptItt,
     /// The response's ITT names no command of the slot: none was posted,
-    /// or the slot's has another (another session age). libiscsi would
-    /// refuse it (`Failure::LibiscsiRejected` today).
+    /// or the slot's has another (another session age). Never handed to
+    /// libiscsi, which would complete a command it allocated and riser has
+    /// not posted yet on it (`Failure::UnknownItt`).
     UnknownItt,
     /// riser's own: a command posted on a slot that is not quiet.
     Busy,

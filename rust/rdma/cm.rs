@@ -150,7 +150,10 @@ impl<H: CmHandler> Drop for IdCtx<H> {
 ///
 /// # Invariants
 ///
-/// Wraps a live `rdma_cm_id`, which the CM may change behind it.
+/// Wraps a live `rdma_cm_id`, which the CM may change behind it. Outside
+/// this file a `&CmIdRef` is had only inside the id's event handler, as
+/// the CM hands it over (`CmId::as_ref` is private): the handler runs in
+/// process context, and the CM serialises the id's events.
 #[repr(transparent)]
 pub(crate) struct CmIdRef(Opaque<bindings::rdma_cm_id>);
 
@@ -179,8 +182,9 @@ impl CmIdRef {
 
     /// The RDMA device the id is bound to, once its address resolved.
     pub(crate) fn device(&self) -> Option<&Device> {
-        // Events for an id are serialised, and `device` is only set by the
-        // address resolution whose event this is or an earlier one.
+        // Only inside the id's event handler (type invariant): events for
+        // an id are serialised, and `device` is only set by the address
+        // resolution whose event this is or an earlier one.
         // SAFETY: The id is live (type invariant).
         let dev = unsafe { (*self.0.get()).device };
         // SAFETY: A bound id holds a reference on its device for as long as
@@ -276,8 +280,12 @@ impl<H: CmHandler> CmId<H> {
         self.as_ref().resolve_route(timeout_ms)
     }
 
-    /// The id, as event handlers see it.
-    pub(crate) fn as_ref(&self) -> &CmIdRef {
+    /// The id, as event handlers see it. Private: outside this file a
+    /// `&CmIdRef` exists only as the CM hands it to the id's event handler,
+    /// for the duration of one event, where [`CmIdRef::device`]'s and
+    /// [`CmIdRef::disconnect`]'s obligations (events serialised, process
+    /// context) hold.
+    fn as_ref(&self) -> &CmIdRef {
         // SAFETY: The id is valid for as long as `self` (type invariant);
         // `CmIdRef` is transparent over the C struct.
         unsafe { &*self.id.as_ptr().cast::<CmIdRef>() }

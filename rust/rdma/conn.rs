@@ -384,8 +384,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         initiator_depth: u8,
     ) -> Result {
         // Only inside this id's running handler: the event's id must be
-        // this one, and the caller the task running its handler (an
-        // `&CmIdRef` of the id can be had outside it, from `CmId::as_ref`).
+        // this one (another id's handler holds another id's mutex), and the
+        // caller the task running its handler.
         if !core::ptr::eq(ev.as_raw(), self.cm().as_raw()) || !self.cm().in_own_handler() {
             return Err(EINVAL);
         }
@@ -405,8 +405,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     /// Starts a disconnect; the QP moves to the error state and outstanding
-    /// work requests flush.
-    pub(crate) fn disconnect(&self) {
+    /// work requests flush. It may sleep (`rdma_disconnect` takes the id's
+    /// locks and may wait): private, so that only [`Connection::destroy_qp`]
+    /// calls it, which needs `&mut self` and runs in process context (the
+    /// driver's disconnects from its CM handler go through
+    /// [`CmIdRef::disconnect`], which only a handler has).
+    fn disconnect(&self) {
         // SAFETY: The id is valid (type invariant); a failure means it was
         // not connected, which is fine to ignore.
         let _ = unsafe { bindings::rdma_disconnect(self.cm().as_raw()) };
@@ -519,11 +523,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         Ok(MrClaim { slot })
     }
 
-    /// The rkey of MR `mr`'s last posted registration.
-    pub(crate) fn mr_rkey(&self, mr: u32) -> Option<u32> {
-        self.mr(mr).map(|s| s.reg_rkey.load(Ordering::Acquire))
-    }
-
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
     /// rkey).
     pub(crate) fn mr_invalidated(&self, mr: u32) {
@@ -555,8 +554,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let mut sges = [const { MaybeUninit::<bindings::ib_sge>::uninit() }; 2];
         let mut inv_before = None;
         let tag = match op {
-            SendOp::LocalInv { mr, tag } => {
+            SendOp::LocalInv { mr, rkey, tag } => {
                 let s = self.mr(mr).ok_or(EINVAL)?;
+                // Only the key of the MR's last posted registration: a key
+                // whose REG_MR is not posted yet would be invalidated
+                // before it is registered, and then registered valid.
+                if s.reg_rkey.load(Ordering::Acquire) != rkey {
+                    return Err(EINVAL);
+                }
                 let t = match tag {
                     Some(t) => {
                         let t = self.send_tags.get(usize::from_safe_cast(t)).ok_or(EINVAL)?;
@@ -567,7 +572,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     }
                     None => None,
                 };
-                let rkey = s.reg_rkey.load(Ordering::Acquire);
                 inv_before = Some((s, s.valid.swap(false, Ordering::AcqRel)));
                 wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
                 // SAFETY: Writing a union member.
@@ -714,11 +718,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Called by ib_core's CQ polling with a completion of a send posted by
     /// [`Connection::post_send`].
     unsafe extern "C" fn send_done_cb(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-        // SAFETY: As in `recv_done_cb`.
-        let (tag, h, w) = unsafe {
+        // SAFETY: ib_core passes a valid completion of this connection's
+        // QP; `wr_cqe` is one of this connection's `Tag`s.
+        let (tag, qp, w) = unsafe {
             let wc = &*wc;
             let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
-            (tag, Arc::<H>::borrow((*wc.qp).qp_context), Self::wc(wc))
+            (tag, wc.qp, Self::wc(wc))
         };
         // The tag is released by the handler (or when `SendDone` drops),
         // after it took what it kept for this request: released before, a
@@ -727,6 +732,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // SAFETY: ib_core reports each posted request's completion once;
         // this is the completion of the request `tag` was held for.
         let done = unsafe { SendDone::new(tag) };
+        // Checked before anything is read through it, as in
+        // `recv_done_cb`: with no QP there is no handler to tell, and the
+        // tag goes back as `done` drops.
+        let Some(qp) = NonNull::new(qp) else {
+            return;
+        };
+        // SAFETY: The QP is this connection's, its context the `Arc<H>`
+        // its id owns, alive until the QP is gone, which is after its
+        // completions are handled.
+        let h = unsafe { Arc::<H>::borrow((*qp.as_ptr()).qp_context) };
         h.send_done(done, w);
     }
 }

@@ -32,8 +32,10 @@
 # of its accept (cm-garbage); one that takes 512-byte PDUs with bursts at
 # the extremes RFC 7143 allows (small-pdu, riser reloaded with larger
 # commands); one that answers a READ by invalidating the PD's global rkey
-# (always_register=0, riser reloaded with it). Logout, a kmemleak scan,
-# rmmod.
+# (always_register=0, riser reloaded with it); one that answers commands
+# before they come, while the test build holds them before their slot word
+# or their post (early-rsp, riser reloaded from the test build). Logout, a
+# kmemleak scan, rmmod.
 
 set -u
 . "$RISER_TOP/tests/common/lib.sh"
@@ -502,8 +504,8 @@ ffp() {
 			_wait_for 30 evil_says ffp "^evil: retried READ of block $TRIGGER_LBA"
 		;;
 	stale-held)
-		check "$mode: libiscsi refused the response of the old session age" \
-			dmesg_has "received itt [0-9a-f]+ expected session age"
+		check "$mode: riser refused the response of the old session age, naming its ITT" \
+			stale_refused
 		;;
 	esac
 	{ _said "$RISER_OUT/ffp.log" "$EVIL_MARK" &&
@@ -517,6 +519,19 @@ ffp() {
 	check "$mode: the write beside it was reported done and reads back equal" written_reads_back
 	check "$mode: the disk reads and writes" pattern_roundtrip 2
 	check "$mode: fio still verifying underneath" fio_running
+}
+
+# stale_refused: riser's line for stale-held's response, which names the
+# held READ's ITT (the old session age): riser refuses it before libiscsi
+# would look at it.
+stale_refused() {
+	local itt
+	itt=$(evil_since ffp | sed -n 's/^evil: stale-held: response for held itt \(0x[0-9a-f]*\) .*/\1/p' |
+		tail -n 1)
+	[ -n "$itt" ] || { echo "the target sent no stale response"; return 1; }
+	printf -v itt '%#x' "$itt"
+	echo "the target answered ITT $itt of the old session age"
+	dmesg_has "riser: target sent a SCSI Response for ITT $itt, which no command posted on this connection carries"
 }
 
 # The number of checks ffp MODE runs.
@@ -537,7 +552,9 @@ declare -A EXPECT=(
 	[short]="$FAILED: malformed PDU"
 	[dsl-long]="$FAILED: malformed PDU"
 	[overrun]="$FAILED: receive error"
-	[unknown-itt]="$FAILED: libiscsi rejected a PDU"
+	# A response no command of the connection carries: riser refuses it
+	# (libiscsi would take one for a task allocated and not yet sent).
+	[unknown-itt]="$FAILED: SCSI Response for no command posted"
 	# A second response for a command: riser refuses it (libiscsi, which
 	# frees the task only when riser lets it go, would take it as a first).
 	[stale-itt]="$FAILED: second response to a command"
@@ -583,7 +600,7 @@ declare -A EXPECT=(
 	[big-rsp]=""
 	[inv-nonresp]="$FAILED: foreign remote invalidation"
 	[inv-nomr]="$FAILED: foreign remote invalidation"
-	[stale-held]="$FAILED: libiscsi rejected a PDU"
+	[stale-held]="$FAILED: SCSI Response for no command posted"
 	[ff-login]="$FAILED: second full-feature Login Response"
 	# libiscsi takes a TMF Response for any live management task (a
 	# ping's too) and once more after the first: riser passes on only
@@ -609,6 +626,7 @@ ALL_CM="cm-rsvd cm-short cm-long"
 ALL_SMALL="burst-max burst-edge burst-min"
 ALL_REG0="inv-global"
 ALL_HOLD="silent-redo"
+ALL_EARLY="early-rsp-reconnect early-rsp stale-key"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
@@ -621,6 +639,7 @@ FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
 # is in small.log).
 SMALL_DEFAULT="burst-edge burst-min"
 CM_MODES=$ALL_CM SMALL_MODES=$SMALL_DEFAULT REG0_MODES=$ALL_REG0 HOLD_MODES=$ALL_HOLD
+EARLY_MODES=$ALL_EARLY
 UNKNOWN_MODES=
 # The full-feature modes in which riser handles a command's end on one CPU
 # while the other may still be sending for it or reusing its task slot:
@@ -648,12 +667,13 @@ done
 # negotiates. HOSTILE_PART=all runs both.
 case ${HOSTILE_PART:-ffp} in
 ffp) FFP_MODES=$RACE_MODES LOGIN_MODES= CM_MODES= SMALL_MODES= REG0_MODES= ;;
-session) FFP_MODES=$SOLO_MODES UNSOL_MODES= HOLD_MODES= ;;
+session) FFP_MODES=$SOLO_MODES UNSOL_MODES= HOLD_MODES= EARLY_MODES= ;;
 all) ;;
 *) UNKNOWN_MODES="HOSTILE_PART=$HOSTILE_PART " ;;
 esac
 if [ -n "${RISER_EVIL_MODES:-}" ]; then
 	FFP_MODES= LOGIN_MODES= UNSOL_MODES= CM_MODES= SMALL_MODES= REG0_MODES= HOLD_MODES=
+	EARLY_MODES=
 	for m in $RISER_EVIL_MODES; do
 		# A phase of its own by its name (every mode of it), or a mode of it.
 		case $m in
@@ -661,11 +681,13 @@ if [ -n "${RISER_EVIL_MODES:-}" ]; then
 		small-pdu) SMALL_MODES+="$ALL_SMALL " && continue ;;
 		always_register=0) REG0_MODES+="$ALL_REG0 " && continue ;;
 		release-hold) HOLD_MODES+="$ALL_HOLD " && continue ;;
+		early-rsp-all) EARLY_MODES+="$ALL_EARLY " && continue ;;
 		esac
 		case " $ALL_CM " in *" $m "*) CM_MODES+="$m " && continue ;; esac
 		case " $ALL_SMALL " in *" $m "*) SMALL_MODES+="$m " && continue ;; esac
 		case " $ALL_REG0 " in *" $m "*) REG0_MODES+="$m " && continue ;; esac
 		case " $ALL_HOLD " in *" $m "*) HOLD_MODES+="$m " && continue ;; esac
+		case " $ALL_EARLY " in *" $m "*) EARLY_MODES+="$m " && continue ;; esac
 		case " $ALL_FFP wrong-data lost-write bad-status " in *" $m "*) FFP_MODES+="$m " && continue ;; esac
 		case " $ALL_LOGIN " in *" $m "*) LOGIN_MODES+="$m " && continue ;; esac
 		case " $ALL_UNSOL " in *" $m "*) UNSOL_MODES+="$m " && continue ;; esac
@@ -690,6 +712,7 @@ if [ -n "$SMALL_MODES" ]; then
 fi
 [ -z "$REG0_MODES" ] || N=$((N + 22))
 [ -z "$HOLD_MODES" ] || N=$((N + 15 + $(ffp_checks silent-redo)))
+[ -z "$EARLY_MODES" ] || N=$((N + 11 + 6 * $(wc -w <<<"$EARLY_MODES")))
 if declare -F plan >/dev/null; then
 	plan "$N"
 fi
@@ -1161,6 +1184,121 @@ if [ -n "$HOLD_MODES" ]; then
 		hold_tag_window
 	check "  the delays ran" dmesg_has "riser: fault injected: the last delayed send completion"
 	ffp_down "$RISER_OUT/fio-hold.log" it
+	evil_stop
+fi
+
+# early-rsp: the test build of riser, which holds the Nth SCSI command
+# from now between libiscsi's allocation of its task and the publication
+# of its slot word until a response with its ITT was handled, or 5 s
+# (fault_hold_command), against a target that answers the command it
+# predicts the initiator sends next before that command comes (libiscsi
+# hands its task slots out in FIFO order, and the session age grows by one
+# per reconnect): once after a reconnect (early-rsp-reconnect: the trigger
+# READ is left unanswered and the target hangs up; 1 s after the next
+# login it answers the READ's retry) and once mid-session (early-rsp: 1 s
+# after it answered the trigger READ it answers the READ that follows).
+# The hold is armed for the second command from the trigger READ on: the
+# READ's retry, or the READ after it. libiscsi would complete the held
+# command on that answer (it takes any task whose command is set and whose
+# age matches): the READ reported done without its data, which the target
+# then writes into memory the command no longer owns. riser hands libiscsi
+# no SCSI Response its slot's word did not accept: it fails the
+# connection, naming the ITT; the READ is retried and returns the disk's
+# data. One command at a time (no fio, no pings), so that the target's
+# guess holds.
+# stale-key: as early-rsp, on a slot used on the connection before, and
+# the answer invalidates the key the slot's last command gave
+# (SEND_WITH_INV, which rxe takes for an MR whose registration is already
+# invalid), while the command is held after its slot word, before its post
+# (fault_hold_posting): riser compares the invalidation with the key the
+# command will give, recorded in its slot before the word, never with what
+# the MR held before, and fails the connection.
+EARLY_FAILED="$FAILED: SCSI Response for no command posted"
+early_node() {
+	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
+	node_setup "$1" &&
+		"${n[@]}" -n 'node.conn[0].timeo.noop_out_interval' -v 0 &&
+		"${n[@]}" -n node.session.cmds_max -v 16
+}
+# early_data_setup: random data in the two 4 KiB blocks the trigger dd
+# reads (the trigger READ and the one after it), kept in /tmp/early-exp.
+early_data_setup() {
+	dd if=/dev/urandom of=/tmp/early-exp bs=4k count=2 status=none &&
+		dd if=/tmp/early-exp of="$DEV" bs=4k seek=$((TRIGGER_LBA / 8)) oflag=direct \
+			status=none
+}
+# early_refused MODE: riser's failure line for the early response, naming
+# the ITT the target answered: for stale-key, the invalidation of a key
+# that is not the one the command gives (its slot's MR held it before).
+early_refused() {
+	local itt
+	itt=$(evil_since early | sed -n 's/^evil: early-rsp: GOOD status sent for itt \(0x[0-9a-f]*\) .*/\1/p' |
+		tail -n 1)
+	[ -n "$itt" ] || { echo "the target sent no early answer"; return 1; }
+	printf -v itt '%#x' "$itt"
+	echo "the target answered ITT $itt early"
+	if [ "$1" = stale-key ]; then
+		_wait_for 30 dmesg_has "riser: target invalidated rkey 0x[0-9a-f]+ with a ScsiResponse for ITT $itt, not that task's key" &&
+			dmesg_has "$FAILED: foreign remote invalidation"
+	else
+		_wait_for 30 dmesg_has "riser: target sent a SCSI Response for ITT $itt, which no command posted on this connection carries" &&
+			dmesg_has "$EARLY_FAILED"
+	fi
+}
+# early_fire MODE: READs one at a time, the last the priming one (300 for
+# early-rsp-reconnect, so that the target learns the slots' order; one for
+# early-rsp, which comes a few commands after a reconnect, while the slot
+# of the READ it answers has had no command on the connection: one that
+# had would still hold that command's ITT, the same, and riser takes the
+# early answer for a second response to it); the hold armed for the second
+# command from now; the trigger READ and the one
+# after it in one dd; the checks (6).
+early_fire() {
+	local m=$1 rc warm=1 knob=fault_hold_command
+	[ "$m" = early-rsp ] || warm=300
+	[ "$m" != stale-key ] || knob=fault_hold_posting
+	dmesg_mark
+	evil_mark early
+	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8 - warm)) count=$warm \
+		iflag=direct status=none
+	echo 2 >"$P/$knob"
+	rm -f /tmp/early-got
+	timeout 150 dd if="$DEV" of=/tmp/early-got bs=4k skip=$((TRIGGER_LBA / 8)) count=2 \
+		iflag=direct status=none
+	rc=$?
+	echo "$m: the trigger dd's status $rc" >>"$RISER_OUT/guest.log"
+	echo 0 >"$P/$knob"
+	evil_since early >>"$RISER_OUT/guest.log"
+	check "$m: the target misbehaved" evil_fired early "$m" 60
+	check "$m: the target answered the ITT it predicted, and the command came with it" \
+		_wait_for 60 evil_says early "^evil: early-rsp: command itt 0x[0-9a-f]+ came after its answer: predicted right"
+	check "$m: riser held the command ($knob) until the answer was handled (test build)" \
+		dmesg_has "riser: fault injected: command itt 0x[0-9a-f]+ held [0-9]+ ms, until a SCSI Response for it was handled"
+	check "$m: riser refused the early answer, naming its ITT, and failed the connection" \
+		early_refused "$m" "$m"
+	check "$m: session logged in again" _wait_for 120 session_up "$IQN"
+	check "$m: both READs succeeded and returned the disk's data" \
+		eval '[ "$rc" = 0 ] && cmp /tmp/early-got /tmp/early-exp'
+}
+if [ -n "$EARLY_MODES" ]; then
+	IQN=iqn.2026-11.org.riser:evil
+	KO_USER=$KO
+	KO=$FAULT_KO
+	riser_reload
+	KO=$KO_USER
+	check "the test build's command hold is there, and off" \
+		eval '[ "$(cat "$P/fault_hold_command")" = 0 ]'
+	EARLY_MODES=$(echo $EARLY_MODES)
+	check "hostile target up (early answers)" evil_start early "${EARLY_MODES// /,}"
+	check "node record (no pings, 16 commands)" early_node "$IQN"
+	check "login" iscsi_login "$IQN" "$IP"
+	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+	check "disk $DEV appears" test -b "$DEV"
+	check "known data where the trigger READs look" early_data_setup
+	for m in $EARLY_MODES; do
+		early_fire "$m"
+	done
+	check "logout" iscsi_logout "$IQN" "$IP"
 	evil_stop
 fi
 

@@ -72,6 +72,16 @@
  * and sends its response on a later connection when a command comes for
  * the same libiscsi task slot with another session age.
  *
+ * early-rsp, early-rsp-reconnect and stale-key answer a command before it
+ * arrives: the target learns the order in which libiscsi hands out its task
+ * slots (a FIFO) from the ITTs it sees and sends GOOD status for the ITT it
+ * predicts next, 1 s after the trigger READ's answer (early-rsp; stale-key
+ * with SEND_WITH_INV of the STag that slot's last command gave), or 1 s
+ * after the next login once it hung up on the trigger READ
+ * (early-rsp-reconnect), then says whether the command came with that ITT
+ * ("evil: early-rsp: command itt ... came after its answer: predicted
+ * right") and serves it as any other.
+ *
  * silent-redo is silent-all (every TMF refused, so the initiator ends in a
  * session reset) whose trigger READ, sent again on the next connection, is
  * held REDO_HOLD_S seconds before it is served: "evil: silent-redo:
@@ -681,6 +691,7 @@ struct aftermath {
 	bool (*write)(struct conn *c, const struct cmd *k);	/* any WRITE, when valid */
 	bool (*dataout)(struct conn *c, const uint8_t *bhs, const uint8_t *data, uint32_t dlen);
 	bool (*ping)(struct conn *c, uint32_t itt);	/* a NOP-Out ping (real ITT) */
+	void (*ffp_start)(struct conn *c);	/* the final Login Response went */
 	/* a NOP-Out with the reserved ITT: the answer to a NOP-In ping */
 	bool (*nop_answer)(struct conn *c, uint32_t ttt, const uint8_t *data, uint32_t dlen);
 	void (*tmf)(struct conn *c, struct tmf *t);	/* before it is answered */
@@ -1252,6 +1263,199 @@ static bool stale_held_command(struct conn *c, const struct cmd *k)
 
 static const struct aftermath stale_held_after = {
 	.command = stale_held_command,
+};
+
+/* ------------------------------------------------------------------ */
+/* early-rsp, early-rsp-reconnect: a GOOD SCSI Response for the command  */
+/* the initiator will send next, sent EARLY_MS (1 s) after the command   */
+/* before it, before the next can have arrived. libiscsi hands its task slots out from a FIFO (taken at */
+/* the head, given back at the tail), so while commands go one at a time */
+/* the slots come round in one order, which the target learns from the  */
+/* ITTs it sees (slot_next); the age is the session's (bits 28-31),      */
+/* one more after a reconnect. A target that guesses right, answering    */
+/* while the initiator holds the command between libiscsi's allocation   */
+/* and its post (riser's test build holds it: fault_hold_command),       */
+/* would end the command before it was sent: the READ reported done      */
+/* without its data, and the data RDMA-written later into memory the     */
+/* command no longer owns. early-rsp answers mid-session, on the trigger */
+/* READ's heels; early-rsp-reconnect hangs up on the trigger READ and    */
+/* answers its retry, EARLY_MS after the next login.                     */
+
+#define EARLY_MS 1000
+#define NSLOTS 8192
+
+/* The slot seen after each slot, last time round (-1: none yet). */
+static int16_t slot_next[NSLOTS];
+static int last_slot = -1;
+
+static struct early_rsp_state {
+	bool armed;		/* answer when the next connection enters full feature */
+	bool on;		/* an answer is due at due */
+	bool sent;		/* answered: the command is awaited */
+	struct timespec due;
+	uint32_t raw;		/* the predicted ITT, initiator's order */
+	uint32_t itt;		/* the same on the wire */
+	uint32_t inv;		/* stale-key: the rkey the answer invalidates (0: none) */
+} early_rsp;
+
+/*
+ * stale-key: the STag each task slot's last command gave on this
+ * connection (the initiator's MR of that slot, with the key it had then).
+ */
+static struct slot_keys_state {
+	uint32_t stag[NSLOTS];
+} slot_keys;
+
+/* A task slot in use: the successor of the one before. */
+static void slot_seen(uint32_t raw)
+{
+	int s = (int)ITT_SLOT(raw);
+
+	if (last_slot >= 0)
+		slot_next[last_slot] = (int16_t)s;
+	last_slot = s;
+}
+
+/* The ITT the task slot after raw's will carry, at age. */
+static void early_predict(uint32_t raw, unsigned int age)
+{
+	int s = (int)ITT_SLOT(raw);
+	int n = slot_next[s] >= 0 ? slot_next[s] : (s + 1) % NSLOTS;
+	uint8_t w[4];
+
+	early_rsp.raw = (raw & ~0xf0001fffu) | (uint32_t)n | (age & 0xfu) << 28;
+	memcpy(w, &early_rsp.raw, sizeof(w));
+	early_rsp.itt = be32(w);
+	printf("evil: %s: after slot 0x%x the next command will be itt 0x%08x (slot 0x%x, age %u)%s\n",
+	       mode->name, s, early_rsp.itt, n, age & 0xfu,
+	       slot_next[s] >= 0 ? "" : " (guessed: slot not seen round yet)");
+	fflush(stdout);
+}
+
+static void early_due(void)
+{
+	early_rsp.on = true;
+	ts_after(&early_rsp.due, EARLY_MS);
+}
+
+/* early-rsp: the trigger READ served, then the next command answered. */
+static bool early_rsp_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	if (push_data(c, k, k->off))
+		return true;
+	rsp_good(c, k);
+	early_predict(k->raw, ITT_AGE(k->raw));
+	early_due();
+	fire();
+	return true;
+}
+
+/* early-rsp-reconnect: the trigger READ, unanswered; hang up. */
+static bool early_rsp_hangup_read(const struct misbehaviour *m, struct conn *c,
+				  const struct cmd *k)
+{
+	(void)m;
+	early_predict(k->raw, ITT_AGE(k->raw) + 1);
+	early_rsp.armed = true;
+	c->closing = true;
+	printf("evil: early-rsp-reconnect: READ itt 0x%08x held, hanging up\n", k->itt);
+	fflush(stdout);
+	fire();
+	return true;
+}
+
+static void early_rsp_ffp(struct conn *c)
+{
+	(void)c;
+	if (!early_rsp.armed)
+		return;
+	early_rsp.armed = false;
+	early_due();
+}
+
+/*
+ * stale-key: as early-rsp, on a slot whose last command gave a key on this
+ * connection, and the answer invalidates that key (SEND_WITH_INV): the
+ * key the slot's MR held before, not the one its next command will give.
+ */
+static bool stale_key_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	(void)m;
+	if (push_data(c, k, k->off))
+		return true;
+	rsp_good(c, k);
+	early_predict(k->raw, ITT_AGE(k->raw));
+	early_rsp.inv = slot_keys.stag[ITT_SLOT(early_rsp.raw)];
+	printf("evil: stale-key: the answer invalidates 0x%08x, the slot's last STag%s\n",
+	       early_rsp.inv, early_rsp.inv ? "" : " (none seen: plain SEND)");
+	fflush(stdout);
+	early_due();
+	fire();
+	return true;
+}
+
+/*
+ * The answer when due. Until then the main loop spins (0 ms): the
+ * initiator holds the command busy, with preemption off, on one of its
+ * CPUs, and a target asleep may be woken on that CPU and stay there until
+ * the hold ends (seen: 5 s late).
+ */
+static long early_rsp_timer(struct conn *c)
+{
+	long ms = due_in(early_rsp.on, &early_rsp.due);
+	uint32_t inv = early_rsp.inv;
+
+	if (ms)
+		return ms < 0 ? -1 : 0;
+	early_rsp.on = false;
+	early_rsp.sent = true;
+	early_rsp.inv = 0;
+	printf("evil: early-rsp: GOOD status sent for itt 0x%08x before its command came, at %.3f%s\n",
+	       early_rsp.itt, now_s(), inv ? ", invalidating the slot's last STag" : "");
+	fflush(stdout);
+	send_rsp(c, early_rsp.itt, 0, 0, 0, 0, inv != 0, inv);
+	return -1;
+}
+
+/* Every SCSI command: the order of the slots; the answered one arriving. */
+static bool early_rsp_command(struct conn *c, const struct cmd *k)
+{
+	(void)c;
+	slot_seen(k->raw);
+	slot_keys.stag[ITT_SLOT(k->raw)] = k->rstag ? k->rstag : k->wstag;
+	if (!early_rsp.sent)
+		return false;
+	early_rsp.sent = false;
+	if (k->itt == early_rsp.itt)
+		printf("evil: early-rsp: command itt 0x%08x came after its answer: predicted right\n",
+		       k->itt);
+	else
+		printf("evil: early-rsp: command itt 0x%08x came, not the predicted 0x%08x\n",
+		       k->itt, early_rsp.itt);
+	fflush(stdout);
+	/* Served as any other: its data goes to the STag it brings. */
+	return false;
+}
+
+static bool early_rsp_ping(struct conn *c, uint32_t itt)
+{
+	uint8_t w[4];
+	uint32_t raw;
+
+	(void)c;
+	put32(w, itt);
+	memcpy(&raw, w, sizeof(raw));
+	slot_seen(raw);
+	return false;
+}
+
+static const struct aftermath early_rsp_after = {
+	CONN_STATE(slot_keys),
+	.command = early_rsp_command,
+	.ping = early_rsp_ping,
+	.ffp_start = early_rsp_ffp,
+	.timer = early_rsp_timer,
 };
 
 /* ------------------------------------------------------------------ */
@@ -2171,18 +2375,24 @@ static const struct misbehaviour modes_table[] = {
 	  .after = { &late_after } },
 	{ .name = "silent-redo", .phase = PH_TMF, .trigger = TR_READ, .read = silent_read,
 	  .arg = SILENT_REDO, .after = { &silent_after, &redo_after } },
+	{ .name = "early-rsp", .phase = PH_SCSI, .trigger = TR_READ, .read = early_rsp_read,
+	  .after = { &early_rsp_after } },
+	{ .name = "early-rsp-reconnect", .phase = PH_CONN, .trigger = TR_READ,
+	  .read = early_rsp_hangup_read, .after = { &early_rsp_after } },
+	{ .name = "stale-key", .phase = PH_SCSI, .trigger = TR_READ, .read = stale_key_read,
+	  .after = { &early_rsp_after } },
 };
 #define NMODES_TABLE (sizeof(modes_table) / sizeof(modes_table[0]))
 
 /*
  * The aftermaths, in the order the core consults them at each point: at a
- * SCSI command early-status's, stale-held's, the silence, inv-nomr's; at a
+ * SCSI command early-rsp's (which sees every one), early-status's, stale-held's, the silence, inv-nomr's; at a
  * READ silent-redo's before big-sense's; at a NOP-Out answer nop-data's
  * before the pings'; the timers late RDMA, silent-redo, hang-up. Every
  * aftermath of the table must be here (main checks).
  */
 static const struct aftermath *const afters[] = {
-	&early_after, &late_after, &stale_held_after, &silent_after, &inv_nomr_after,
+	&early_rsp_after, &early_after, &late_after, &stale_held_after, &silent_after, &inv_nomr_after,
 	&redo_after, &retry_after, &lost_write_after, &inv_other_after, &nop_data_after,
 	&ping_after, &tmf_wait_after, &hangup_after, &burst_after,
 };
@@ -2394,7 +2604,8 @@ static void do_login(struct conn *c, uint8_t *bhs, uint8_t *data, uint32_t dlen)
 	a.post = HDRS + ((a.len + 3) & ~3u);
 	if (mode->trigger == TR_LOGIN)
 		mode->login(mode, c, &a);
-	tx_post(c, a.i, a.post, 0, false);
+	if (tx_post(c, a.i, a.post, 0, false) == 0 && transit && nsg == 3)
+		AFTER_ALL(ffp_start, c);
 }
 
 static int pend_new(struct conn *c)
@@ -3026,6 +3237,7 @@ int main(int argc, char **argv)
 	int opt;
 
 	table_check();
+	memset(slot_next, 0xff, sizeof(slot_next));	/* -1: not seen */
 	mode = &modes_table[0];
 	while ((opt = getopt(argc, argv, "a:p:m:k:l:s:u:r:P:v")) != -1) {
 		switch (opt) {

@@ -276,6 +276,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         let was = (
             s.valid.load(Ordering::Acquire),
             s.reg_rkey.load(Ordering::Acquire),
+            s.remote.load(Ordering::Acquire),
         );
         let (first, inv) = match &p.reg {
             Some((reg, access)) => self.fill_reg(w, reg, *access, was)?,
@@ -384,7 +385,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         w: &mut Wrs,
         reg: &Registration<'_>,
         access: Access,
-        was: (bool, u32),
+        was: (bool, u32, bool),
     ) -> core::result::Result<(*const bindings::ib_send_wr, bool), CmdRefused> {
         let s = self.mr.slot;
         // A mapping of this slot's MR, made by this claim (the claim is
@@ -411,6 +412,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         };
         // Published before the post: a completion racing it sees them.
         s.reg_rkey.store(reg.rkey, Ordering::Release);
+        s.remote.store(access != Access::Local, Ordering::Release);
         s.valid.store(true, Ordering::Release);
         Ok((first, inv))
     }
@@ -429,7 +431,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         bad: *const bindings::ib_send_wr,
         with_reg: bool,
         inv: bool,
-        was: (bool, u32),
+        was: (bool, u32, bool),
     ) -> CmdRefused {
         let reg_posted = match err {
             None => true,
@@ -439,6 +441,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         if with_reg && !reg_posted {
             let s = self.mr.slot;
             s.reg_rkey.store(was.1, Ordering::Release);
+            s.remote.store(was.2, Ordering::Release);
             s.valid.store(was.0 && !inv_posted, Ordering::Release);
         }
         CmdRefused {

@@ -53,6 +53,9 @@ pub(super) struct MrSlot {
     /// and what an invalidation names (the MR's own key may already be the
     /// next one, set by [`MrSlot::map`]).
     pub(super) reg_rkey: AtomicU32,
+    /// The last posted registration gave the peer remote access: while it
+    /// is also `valid`, the MR is not mapped anew ([`MrSlot::map`]).
+    pub(super) remote: AtomicBool,
 }
 
 impl MrSlot {
@@ -62,6 +65,7 @@ impl MrSlot {
             claimed: AtomicBool::new(false),
             valid: AtomicBool::new(false),
             reg_rkey: AtomicU32::new(0),
+            remote: AtomicBool::new(false),
         })
     }
 }
@@ -92,6 +96,15 @@ impl MrSlot {
     /// The caller holds the MR's claim and maps it no more while the
     /// returned registration lives.
     pub(super) unsafe fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
+        // Known invalid before anything is mapped: on rxe and siw a remap
+        // rewrites the page list, iova and length in place, so a
+        // registration the peer was given, still valid, would reach the
+        // new pages. (A local-only one is invalidated in the REG_MR's
+        // chain: the peer never had its key.)
+        if self.valid.load(Ordering::Acquire) && self.remote.load(Ordering::Acquire) {
+            pr_err!("an MR whose registration the peer holds was about to be mapped anew\n");
+            return Err(EBUSY);
+        }
         if fault::hit(Site::MapMr) {
             return Err(EINVAL);
         }

@@ -337,6 +337,9 @@ pub(crate) enum SendOp<'a> {
     LocalInv {
         /// The connection's MR index.
         mr: u32,
+        /// The key to invalidate: refused (`EINVAL`) unless it is the key
+        /// of the MR's last posted registration.
+        rkey: u32,
         /// The signaled send tag, if any.
         tag: Option<u32>,
     },
