@@ -222,7 +222,7 @@ failover: modules
 # holds, for each. riser runs first and last: the first round fills the
 # RDMA device's CQ pool, which both later rounds find full (compare those).
 scale: modules
-	RISER_EXPECT_KUNIT=0 RISER_SCALE_INITIATORS="riser ib_iser riser" \
+	RISER_EXPECT_KUNIT=0 RISER_SCALE_INITIATORS="riser ib_iser riser" RISER_SCALE_FIO="8 4M" \
 		tests/run-guest --kdir $(KDIR) --out out/scale tests/guest/scale.sh; \
 	rc=$$?; cat out/scale/scale.txt 2>/dev/null; exit $$rc
 
