@@ -23,8 +23,8 @@ mod proto;
 use common::Input;
 use libfuzzer_sys::fuzz_target;
 use proto::sizing::{
-    check_param, conn_sizing, sg_tablesize, ConnSizing, Params, MAX_SG_PAGES, PAGE_4K,
-    RX_MISC_PDUS, SECTOR_SIZE, SEND_WRS_PER_CMD, TX_MISC_PDUS,
+    check_param, conn_sizing, sg_tablesize, signal_interval, ConnSizing, Params, MAX_SG_PAGES,
+    MAX_UNSIGNALED_RUN, PAGE_4K, RX_MISC_PDUS, SECTOR_SIZE, SEND_WRS_PER_CMD, TX_MISC_PDUS,
 };
 
 /// The bounds `check_param`'s documentation gives.
@@ -97,11 +97,17 @@ fn check_sizing(p: &Params, cmds: u32, max_qp_wr: u32, max_fr_pages: u32, gaps: 
         max_cmds,
         max_send_wr,
         max_recv_wr,
+        signal_interval: interval,
         cq_entries,
         sg_tablesize: sg,
         pages_per_mr,
         max_sectors,
     } = s;
+    // Inline SENDs are signaled one in `interval`: the finished ones a
+    // provider may not have reclaimed yet fit what the queue holds beyond
+    // the commands, the management PDUs and the drain slot.
+    assert_eq!(interval, signal_interval(max_send_wr, max_cmds));
+    assert!((1..=1 + MAX_UNSIGNALED_RUN).contains(&interval));
     // Commands: at least one, no more than asked, each with its sends.
     assert!(max_cmds >= 1 && max_cmds <= cmds);
     let sends =
