@@ -625,7 +625,12 @@ mod tests {
             key: Key::None,
             hold: true,
         };
-        let posted = |p: &Post| slot::post(Word::default(), p).map(|s| s.word);
+        // Published, and the post returned.
+        let posted = |p: &Post| {
+            slot::post(Word::default(), p)
+                .and_then(|s| slot::posted(s.word))
+                .map(|s| s.word)
+        };
         // Slot 2: a WRITE to the LUN with two Data-Outs; slot 3: one to
         // another LUN with one. The TMF ended both (aborted); their SENDs
         // went, their Data-Outs not yet.

@@ -69,6 +69,9 @@ pub(crate) enum Failure {
     SendError,
     /// A command's registration went out and the command did not.
     CommandPost,
+    /// The target answered a command whose post then failed: it never
+    /// got it.
+    AnsweredUnsent,
     /// A write needed more Data-Outs than were reserved for it.
     DataOutExcess,
     /// No Data-Out header was free.
@@ -110,6 +113,7 @@ impl Failure {
             Self::RecvError => "receive error",
             Self::SendError => "send error",
             Self::CommandPost => "cannot post a command",
+            Self::AnsweredUnsent => "SCSI Response for a command not sent",
             Self::DataOutExcess => "more Data-Outs than reserved",
             Self::NoDataOutHeader => "no Data-Out header free",
             Self::SlotBroken => "command bookkeeping broken",

@@ -526,7 +526,10 @@ impl Cmds {
                 return Self::refused(v, s.word(), pdu, invalidated);
             }
         };
-        if invalidated.is_some() {
+        // An invalidation ends the key unless it came before the post
+        // returned (the registration may still be ahead of it): the slot's
+        // LOCAL_INV ends it then.
+        if invalidated.is_some() && !step.word.key_valid() {
             self.counters.remote_invs.add(1, Relaxed);
             conn.mr_invalidated(idx);
         }

@@ -74,7 +74,10 @@ use crate::{
     },
     trace, //
 };
-use core::num::NonZeroU32;
+use core::{
+    cell::Cell,
+    num::NonZeroU32, //
+};
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{
     Atomic,
@@ -396,6 +399,12 @@ pub(super) fn command(
         return not_posted(res, idx, r.err, plan.remote_mr() && r.reg_posted)
             .map(|broken| (unregistered, broken));
     }
+    // The registration and SEND are on the send queue: what a response
+    // in the window left waiting (its LOCAL_INV, or its completion) goes
+    // now. The reference it took is not the last: the layer's guard
+    // holds the task for this call.
+    let done = res.cmds.slot_event(&res.conn, idx, slot::posted);
+    drop(done.task);
     let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
     if let Some(bhs) = hdrs.last_chunk() {
         trace::pdu_sent(res.trace_id, bhs, stag);
@@ -405,7 +414,7 @@ pub(super) fn command(
     } else {
         None
     };
-    Ok((unregistered, broken))
+    Ok((unregistered, done.failure.or(broken)))
 }
 
 /// Maps the command's data (how many segments it takes decides whether
@@ -540,14 +549,21 @@ fn not_posted(res: &Res, idx: u32, e: Error, key_posted: bool) -> Result<Option<
     // stays valid until invalidated: the command keeps its word (and
     // reference), and is reported sent: the connection fails (the
     // caller says why), recovery gives the command back, and the
-    // teardown ends the word after the drain.
-    let done = res
-        .cmds
-        .slot_event(&res.conn, idx, |w| slot::not_posted(w, key_posted));
-    // libiscsi's own reference is still held: this is not the last.
+    // teardown ends the word after the drain. A response that came
+    // before (a target that answered a command it never got) was handed
+    // to libiscsi: the command is reported sent too, and ends with it.
+    let answered = Cell::new(false);
+    let done = res.cmds.slot_event(&res.conn, idx, |w| {
+        answered.set(!w.response_due());
+        slot::not_posted(w, key_posted)
+    });
+    // The layer's guard holds the task for this call: not the last.
     drop(done.task);
     if let Some(f) = done.failure {
         return Ok(Some(f));
+    }
+    if answered.get() {
+        return Ok(Some(Failure::AnsweredUnsent));
     }
     if key_posted {
         return Ok(Some(Failure::CommandPost));

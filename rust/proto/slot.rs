@@ -25,7 +25,8 @@
 //! |---|---|---|
 //! | 0-31 | `ITT` | the ITT of the slot's last command, as sent (read from its BHS: big-endian) |
 //! | 32-47 | `DATA_OUTS` | Data-Out SENDs of the command reserved or posted and not completed |
-//! | 48-56 | | zero |
+//! | 48-55 | | zero |
+//! | 56 | `POSTING` | the sender has not yet said the command's post returned (or failed) |
 //! | 57 | `REF` | riser holds one libiscsi task reference on the command |
 //! | 58 | `LKEY` | the command's SENDs read its data through the MR whose key the target holds: its LOCAL_INV waits for them |
 //! | 59 | `INV` | the slot's signaled LOCAL_INV of that key is posted, its completion awaited |
@@ -34,9 +35,22 @@
 //! | 62 | `RSP` | the command's SCSI Response is awaited |
 //! | 63 | `POSTED` | a command was posted on the slot (the `ITT` field is its) |
 //!
-//! The pending bits are `RSP`, `SEND`, `KEY`, `INV` and `DATA_OUTS`; a
-//! word with none is quiet: no command holds the slot, and one may be
-//! posted. The PD's global rkey (`always_register=0`) is not a `KEY`: it
+//! The pending bits are `POSTING`, `RSP`, `SEND`, `KEY`, `INV` and
+//! `DATA_OUTS`; a word with none is quiet: no command holds the slot, and
+//! one may be posted.
+//!
+//! `POSTING` covers the window between the word's publication and the
+//! return of the post that puts the command's registration and SEND on the
+//! send queue: a response may arrive in it (from a target that guessed the
+//! ITT, or one fast enough to answer before the poster's call returns),
+//! and it waits in the word as any other. While the post is not known to
+//! have happened, no LOCAL_INV is posted (it would go ahead of the REG_MR
+//! and be undone by it) and the command does not complete (the poster
+//! still uses its task). An invalidation carried by a response in the
+//! window is accepted (it names the command's own key) but does not end
+//! the key: it may have come before the registration it claims to end was
+//! posted, which would make the key valid again; the slot's own LOCAL_INV
+//! ends it once the post is known. The PD's global rkey (`always_register=0`) is not a `KEY`: it
 //! cannot be invalidated, and is outside this model.
 //!
 //! Data-Out SENDs are in the word, beside the command SEND: they read the
@@ -58,18 +72,20 @@
 //!
 //! | event | requires | clears | then |
 //! |---|---|---|---|
-//! | [`post`] (before the post) | a quiet word | everything | sets `RSP`, and as the command needs `SEND`, `DATA_OUTS`, `KEY`, `LKEY`, `REF` (`hold`: the reference is taken before the word is published) |
+//! | [`post`] (before the post) | a quiet word | everything | sets `POSTING`, `RSP`, and as the command needs `SEND`, `DATA_OUTS`, `KEY`, `LKEY`, `REF` (`hold`: the reference is taken before the word is published) |
+//! | [`posted`] (after the post returned) | `POSTING` | `POSTING` | settle |
 //! | [`send_done`] | `SEND` | `SEND` | settle |
 //! | [`data_out_done`] | `DATA_OUTS` > 0 | one Data-Out | settle |
 //! | [`data_outs_unsent`] | `DATA_OUTS` >= n | n Data-Outs | settle (n > 0) |
-//! | [`response`] | `RSP`, its own ITT; an invalidation only of the key given | `RSP`; with the invalidation `KEY`, `LKEY` | settle; `REF` taken if it is not complete |
+//! | [`response`] | `RSP`, its own ITT; an invalidation only of the key given | `RSP`; with the invalidation and without `POSTING`, `KEY`, `LKEY` | settle; `REF` taken if it is not complete |
 //! | [`inv_done`] | `INV` | `INV`, `KEY`, `LKEY` | settle |
 //! | [`abort`] (a TMF ended it) | (`RSP`, else nothing) | `RSP` | settle |
-//! | [`not_posted`] | `RSP` | `SEND`, `DATA_OUTS`, and unless the registration went, `KEY`, `LKEY`, `RSP` | settle |
+//! | [`not_posted`] | `POSTING` | `POSTING`, `SEND`, `DATA_OUTS`, and unless the registration went, `KEY`, `LKEY`, `RSP` | settle |
 //! | [`teardown`] (after the drain) | (a live word, else nothing) | every pending bit | complete |
 //!
-//! To settle a word: if the command ended (`RSP` clear), its key is valid
-//! (`KEY`) and not being invalidated (`INV` clear), and no SEND reads
+//! To settle a word: if the command ended (`RSP` clear), its post is known
+//! (`POSTING` clear), its key is valid (`KEY`) and not being invalidated
+//! (`INV` clear), and no SEND reads
 //! through the MR (`LKEY` clear, or no SEND pending), set `INV`: the
 //! caller posts the LOCAL_INV ([`Action::Invalidate`]). Else, if no pending
 //! bit is left, the command completes ([`Action::Complete`]) and the
@@ -97,8 +113,13 @@
 //!   agreed, an invalidation by a command that gave no key, an ITT with
 //!   bits libiscsi ignores set, an ITT that is not the slot's command's.
 //! - **One LOCAL_INV per key**, posted as soon as it is due: `INV` is set
-//!   once, when the command ended with its key valid and no SEND reads
-//!   through the MR; a key the target invalidated gets none.
+//!   once, when the command ended with its key valid, its post known and
+//!   no SEND reads through the MR; a key the target invalidated after the
+//!   post was known gets none.
+//! - **Nothing ends before the post is known.** While `POSTING` is set the
+//!   command neither completes nor has its LOCAL_INV posted, and a
+//!   response's invalidation leaves `KEY`: the registration may still be
+//!   ahead of the send queue.
 //! - **One reference at most per command, and only when completion must
 //!   wait.** [`response`] hands the response to libiscsi, which completes
 //!   the task when its last reference goes: it takes one ([`RefOp::Take`],
@@ -140,6 +161,8 @@ const DATA_OUT_ONE: u64 = 1 << DATA_OUT_SHIFT;
 const DATA_OUTS: u64 = 0xffff << DATA_OUT_SHIFT;
 /// The most Data-Outs the count holds.
 pub(crate) const MAX_DATA_OUTS: u32 = 0xffff;
+/// The command's post has not returned yet.
+const POSTING: u64 = 1 << 56;
 /// riser holds one libiscsi task reference on the command.
 const REF: u64 = 1 << 57;
 /// The command's SENDs read its data through the MR whose key it gave.
@@ -155,11 +178,11 @@ const RSP: u64 = 1 << 62;
 /// A command was posted on the slot.
 const POSTED: u64 = 1 << 63;
 /// What a command still owes before it may complete.
-const PENDING: u64 = RSP | SEND | KEY | INV | DATA_OUTS;
+const PENDING: u64 = POSTING | RSP | SEND | KEY | INV | DATA_OUTS;
 /// The SENDs of the command.
 const SENDS: u64 = SEND | DATA_OUTS;
-/// The bits a word never sets (48-56).
-const RESERVED: u64 = !(ITT | DATA_OUTS | REF | LKEY | INV | KEY | SEND | RSP | POSTED);
+/// The bits a word never sets (48-55).
+const RESERVED: u64 = !(ITT | DATA_OUTS | POSTING | REF | LKEY | INV | KEY | SEND | RSP | POSTED);
 
 /// A task slot's completion word.
 ///
@@ -214,6 +237,16 @@ impl Word {
         self.has(SEND)
     }
 
+    /// Whether the sender has not yet said the command's post returned.
+    pub(crate) const fn posting(self) -> bool {
+        self.has(POSTING)
+    }
+
+    /// Whether the command's key is valid (given, and not ended yet).
+    pub(crate) const fn key_valid(self) -> bool {
+        self.has(KEY)
+    }
+
     /// Whether riser holds a libiscsi task reference on the command.
     pub(crate) const fn holds_ref(self) -> bool {
         self.has(REF)
@@ -221,9 +254,9 @@ impl Word {
 
     /// Whether the target may still reach the command's memory (a key it
     /// was given is valid) or the device may still read it (a SEND of the
-    /// command has not completed).
+    /// command has not completed, or its post has not returned).
     pub(crate) const fn reachable(self) -> bool {
-        self.has(KEY | SENDS)
+        self.has(KEY | SENDS | POSTING)
     }
 
     /// Whether a SCSI Response with ITT `itt` (invalidating the command's
@@ -239,27 +272,28 @@ impl Word {
             return false;
         }
         let mut n = self.0 & !RSP;
-        if invalidated {
+        if invalidated && !self.has(POSTING) {
             n &= !(KEY | LKEY);
         }
         n & REF == 0 && n & PENDING != 0
     }
 
     /// Whether this slot's command keeps back a TMF Response that ended
-    /// it, or is to end it: a SEND of it has not completed, or it ended
-    /// (answered, or [`abort`]ed) and its key is not invalid yet. A live
-    /// command's key, while its response is awaited, does not: a TMF that
-    /// did not end the command leaves it to its response.
+    /// it, or is to end it: its post has not returned, a SEND of it has
+    /// not completed, or it ended (answered, or [`abort`]ed) and its key is
+    /// not invalid yet. A live command's key, while its response is
+    /// awaited, does not: a TMF that did not end the command leaves it to
+    /// its response.
     pub(crate) const fn keeps_tmf_response(self) -> bool {
-        self.has(SENDS) || (self.has(KEY) && !self.has(RSP))
+        self.has(SENDS | POSTING) || (self.has(KEY) && !self.has(RSP))
     }
 
     /// Whether the word keeps this module's invariants: no reserved bit;
     /// nothing but a fresh word before the first post; `INV` and `LKEY`
     /// only with `KEY`; `REF` only while something is pending; a LOCAL_INV
-    /// only after the command ended and after the SENDs through its MR;
-    /// and an ended command's valid key always being invalidated, or
-    /// waiting for those SENDs.
+    /// only after the command ended, its post returned, and after the
+    /// SENDs through its MR; and an ended command's valid key always being
+    /// invalidated, or waiting for its post or those SENDs.
     pub(crate) const fn is_consistent(self) -> bool {
         let w = self.0;
         let sends = w & SENDS != 0;
@@ -268,8 +302,8 @@ impl Word {
             && (w & POSTED != 0 || w == 0)
             && (w & (INV | LKEY) == 0 || w & KEY != 0)
             && (w & REF == 0 || w & PENDING != 0)
-            && (w & INV == 0 || (w & RSP == 0 && !waits_for_sends))
-            && (w & (KEY | RSP | INV) != KEY || waits_for_sends)
+            && (w & INV == 0 || (w & (RSP | POSTING) == 0 && !waits_for_sends))
+            && (w & (KEY | RSP | INV | POSTING) != KEY || waits_for_sends)
     }
 }
 
@@ -412,7 +446,7 @@ impl Violation {
 /// completion, or nothing yet.
 const fn settle(w: u64) -> Step {
     let waits_for_sends = w & LKEY != 0 && w & SENDS != 0;
-    if w & (KEY | RSP | INV) == KEY && !waits_for_sends {
+    if w & (KEY | RSP | INV | POSTING) == KEY && !waits_for_sends {
         return Step {
             word: Word(w | INV),
             action: Action::Invalidate,
@@ -448,7 +482,8 @@ const fn unchanged(w: Word) -> Step {
 
 /// A command is about to be posted on the slot: the word to publish
 /// before the post (a response may race the post on another CPU). With
-/// `hold`, the caller takes the command's one reference first.
+/// `hold`, the caller takes the command's one reference first. The sender
+/// says when the post returned: [`posted`], or [`not_posted`].
 pub(crate) fn post(w: Word, p: &Post) -> Result<Step, Violation> {
     if !w.quiet() || w.holds_ref() {
         return Err(Violation::Busy);
@@ -456,7 +491,8 @@ pub(crate) fn post(w: Word, p: &Post) -> Result<Step, Violation> {
     if p.data_outs > MAX_DATA_OUTS {
         return Err(Violation::TooManyDataOuts);
     }
-    let mut n = POSTED | RSP | u64::from(p.itt) | (u64::from(p.data_outs) << DATA_OUT_SHIFT);
+    let mut n =
+        POSTED | POSTING | RSP | u64::from(p.itt) | (u64::from(p.data_outs) << DATA_OUT_SHIFT);
     if p.send {
         n |= SEND;
     }
@@ -473,6 +509,16 @@ pub(crate) fn post(w: Word, p: &Post) -> Result<Step, Violation> {
         action: Action::Wait,
         task_ref: if p.hold { RefOp::Take } else { RefOp::Keep },
     })
+}
+
+/// The post of the command (its registration and SEND) returned: they
+/// are on the send queue. What waited for it (a response that came in the
+/// window: its LOCAL_INV, or its completion) may go now.
+pub(crate) fn posted(w: Word) -> Result<Step, Violation> {
+    if !w.has(POSTING) {
+        return Err(Violation::Unexpected);
+    }
+    Ok(settle(w.0 & !POSTING))
 }
 
 /// The command SEND completed (successfully).
@@ -533,7 +579,9 @@ pub(crate) fn response(w: Word, r: &Response) -> Result<Step, Violation> {
         IttMatch::Other => return Err(Violation::UnknownItt),
     }
     let mut n = w.0 & !RSP;
-    if r.invalidated.is_some() {
+    // Before the post is known the registration may still be ahead: the
+    // key stays, for the slot's own LOCAL_INV.
+    if r.invalidated.is_some() && !w.has(POSTING) {
         n &= !(KEY | LKEY);
     }
     let mut s = settle(n);
@@ -568,12 +616,14 @@ pub(crate) fn abort(w: Word) -> Step {
 /// its registration went out (`registered`: a chain posted in part), its
 /// key stays valid though the target never got it (keys are guessable):
 /// the command stays, the connection fails, and an abort or the teardown
-/// ends it. Otherwise the slot is quiet again.
+/// ends it. Otherwise the slot is quiet again. A response that came
+/// before (`RSP` clear: a target that answered a command it never got)
+/// leaves the command to complete with it.
 pub(crate) fn not_posted(w: Word, registered: bool) -> Result<Step, Violation> {
-    if !w.has(RSP) {
+    if !w.has(POSTING) {
         return Err(Violation::Unexpected);
     }
-    let mut n = w.0 & !SENDS;
+    let mut n = w.0 & !(SENDS | POSTING);
     if !registered {
         n &= !(KEY | LKEY | RSP);
     }
@@ -596,6 +646,8 @@ pub(crate) fn teardown(w: Word) -> Step {
 pub(crate) enum Event {
     /// [`post`].
     Post(Post),
+    /// [`posted`].
+    Posted,
     /// [`send_done`].
     SendDone,
     /// [`data_out_done`].
@@ -620,6 +672,7 @@ impl Event {
     pub(crate) fn apply(&self, w: Word) -> Result<Step, Violation> {
         match *self {
             Self::Post(p) => post(w, &p),
+            Self::Posted => posted(w),
             Self::SendDone => send_done(w),
             Self::DataOutDone => data_out_done(w),
             Self::DataOutsUnsent(n) => data_outs_unsent(w, n),
@@ -671,6 +724,8 @@ pub(crate) mod model {
         itt: Option<u32>,
         /// A command holds the slot.
         live: bool,
+        /// Its post has not returned.
+        posting: bool,
         rsp_due: bool,
         send_due: bool,
         data_outs: u32,
@@ -696,6 +751,7 @@ pub(crate) mod model {
                 word: Word(0),
                 itt: None,
                 live: false,
+                posting: false,
                 rsp_due: false,
                 send_due: false,
                 data_outs: 0,
@@ -734,13 +790,13 @@ pub(crate) mod model {
         /// says: the LOCAL_INV that is due, the completion, or nothing.
         fn settle(&mut self) -> (Action, RefOp) {
             if let KeyState::Valid { sends_use_mr } = self.key {
-                if !(self.rsp_due || (sends_use_mr && self.sends())) {
+                if !(self.rsp_due || self.posting || (sends_use_mr && self.sends())) {
                     self.key = KeyState::Invalidating;
                     self.invalidations += 1;
                     return (Action::Invalidate, RefOp::Keep);
                 }
             }
-            if self.rsp_due || self.sends() || self.key != KeyState::None {
+            if self.posting || self.rsp_due || self.sends() || self.key != KeyState::None {
                 return (Action::Wait, RefOp::Keep);
             }
             self.live = false;
@@ -766,6 +822,7 @@ pub(crate) mod model {
                         word: self.word,
                         itt: Some(p.itt),
                         live: true,
+                        posting: true,
                         rsp_due: true,
                         send_due: p.send,
                         data_outs: p.data_outs,
@@ -781,6 +838,13 @@ pub(crate) mod model {
                         invalidations: 0,
                     };
                     Ok((Action::Wait, if p.hold { RefOp::Take } else { RefOp::Keep }))
+                }
+                Event::Posted => {
+                    if !self.posting {
+                        return Err(Violation::Unexpected);
+                    }
+                    self.posting = false;
+                    Ok(self.settle())
                 }
                 Event::SendDone => {
                     if !self.send_due {
@@ -834,7 +898,9 @@ pub(crate) mod model {
                         IttMatch::Other => return Err(Violation::UnknownItt),
                     }
                     self.rsp_due = false;
-                    if r.invalidated.is_some() {
+                    // Before the post returned, the registration may be
+                    // ahead: the slot's LOCAL_INV ends the key.
+                    if r.invalidated.is_some() && !self.posting {
                         self.key = KeyState::None;
                     }
                     let (a, mut t) = self.settle();
@@ -859,9 +925,10 @@ pub(crate) mod model {
                     Ok(self.settle())
                 }
                 Event::NotPosted(registered) => {
-                    if !self.rsp_due {
+                    if !self.posting {
                         return Err(Violation::Unexpected);
                     }
+                    self.posting = false;
                     self.send_due = false;
                     self.data_outs = 0;
                     if !registered {
@@ -874,6 +941,7 @@ pub(crate) mod model {
                     if !self.live {
                         return Ok(waiting);
                     }
+                    self.posting = false;
                     self.rsp_due = false;
                     self.send_due = false;
                     self.data_outs = 0;
@@ -946,9 +1014,14 @@ pub(crate) mod model {
                 if !self.live || self.completions != 0 || next.completions != 1 {
                     return Err("a command completed twice, or one that was not posted");
                 }
+                if self.posting && !matches!(ev, Event::Posted | Event::NotPosted(_)) && !teardown {
+                    return Err("a command completed before its post returned");
+                }
                 let key_ended = match (self.key, ev) {
                     (KeyState::None, _) | (KeyState::Invalidating, Event::InvDone) => true,
-                    (KeyState::Valid { .. }, Event::Response(r)) => r.invalidated.is_some(),
+                    (KeyState::Valid { .. }, Event::Response(r)) => {
+                        r.invalidated.is_some() && !self.posting
+                    }
                     (KeyState::Valid { .. }, Event::NotPosted(registered)) => !registered,
                     _ => teardown,
                 };
@@ -970,18 +1043,26 @@ pub(crate) mod model {
                 if !s.word.quiet() || s.word.reachable() || s.word.holds_ref() {
                     return Err("a completed word that is not quiet");
                 }
-            } else if next.live && !next.rsp_due && !next.sends() && next.key == KeyState::None {
+            } else if next.live
+                && !next.posting
+                && !next.rsp_due
+                && !next.sends()
+                && next.key == KeyState::None
+            {
                 return Err("a command with nothing pending that did not complete");
             }
             if s.action == Action::Invalidate
                 && (!matches!(self.key, KeyState::Valid { .. })
                     || next.rsp_due
+                    || next.posting
                     || next.invalidations != 1)
             {
-                return Err("a LOCAL_INV of no valid key, before the command ended, or twice");
+                return Err(
+                    "a LOCAL_INV of no valid key, before the command ended or its post returned, or twice",
+                );
             }
             if let KeyState::Valid { sends_use_mr } = next.key {
-                if !(next.rsp_due || (sends_use_mr && next.sends())) {
+                if !(next.rsp_due || next.posting || (sends_use_mr && next.sends())) {
                     return Err("a LOCAL_INV due and not posted");
                 }
             }
@@ -1009,6 +1090,7 @@ pub(crate) mod model {
                 return Err("an inconsistent word");
             }
             if w.quiet() == self.live
+                || w.posting() != self.posting
                 || w.response_due() != self.rsp_due
                 || w.holds_ref() != self.held
                 || w.data_outs() != self.data_outs
@@ -1016,10 +1098,10 @@ pub(crate) mod model {
             {
                 return Err("a word that disagrees with the shadow");
             }
-            if w.reachable() != (self.sends() || key) {
+            if w.reachable() != (self.sends() || self.posting || key) {
                 return Err("a word that says another reach than the shadow's");
             }
-            if w.keeps_tmf_response() != (self.sends() || (key && !self.rsp_due)) {
+            if w.keeps_tmf_response() != (self.sends() || self.posting || (key && !self.rsp_due)) {
                 return Err("a word that keeps a TMF Response the shadow would not");
             }
             Ok(())
@@ -1113,15 +1195,41 @@ mod tests {
     /// accepted ones and the violations of the refused ones. Returns the
     /// slot's shadow, and what the model found broken, if anything (a
     /// helper does not assert: KUnit's assertions exist in the tests).
+    /// Each accepted post is followed at once by its return ([`posted`]),
+    /// which must wait: the sequences here are of posted commands.
     fn run(
         events: &[Event],
         out: &mut [Result<(Action, RefOp), Violation>],
+    ) -> (Shadow, Option<&'static str>) {
+        run_with(events, out, true)
+    }
+
+    /// [`run`], each post's return left to `events` (the window between
+    /// the word and the post's return).
+    fn run_raw(
+        events: &[Event],
+        out: &mut [Result<(Action, RefOp), Violation>],
+    ) -> (Shadow, Option<&'static str>) {
+        run_with(events, out, false)
+    }
+
+    fn run_with(
+        events: &[Event],
+        out: &mut [Result<(Action, RefOp), Violation>],
+        auto_posted: bool,
     ) -> (Shadow, Option<&'static str>) {
         let mut s = Shadow::new();
         for (ev, o) in events.iter().zip(out.iter_mut()) {
             match s.step(ev) {
                 Ok(r) => *o = r.map(|st| (st.action, st.task_ref)),
                 Err(broke) => return (s, Some(broke)),
+            }
+            if auto_posted && matches!((ev, *o), (Event::Post(_), Ok(_))) {
+                match s.step(&Event::Posted) {
+                    Ok(Ok(st)) if st.action == Action::Wait && st.task_ref == RefOp::Keep => {}
+                    Ok(_) => return (s, Some("a post's return that did not wait")),
+                    Err(broke) => return (s, Some(broke)),
+                }
             }
         }
         (s, None)
@@ -1356,13 +1464,19 @@ mod tests {
         // A live command's key alone, while its response is awaited, keeps
         // no TMF Response back: a TMF that did not end the command leaves
         // it to its response.
+        // Its post's window does, until the post returned.
         let mut s = Shadow::new();
         let r = go(&mut s, cmd(false, 0, Key::Given));
         assert!(matches!(r, Some(Ok((w, Action::Wait, RefOp::Keep)))
-            if w.reachable() && !w.keeps_tmf_response()));
+            if w.reachable() && w.keeps_tmf_response() && w.posting()));
+        let r = go(&mut s, Event::Posted);
+        assert!(matches!(r, Some(Ok((w, Action::Wait, RefOp::Keep)))
+            if w.reachable() && !w.keeps_tmf_response() && !w.posting()));
         // Its SENDs do, ended or not.
         let mut s = Shadow::new();
         let r = go(&mut s, cmd(true, 1, Key::GivenSendsUseMr));
+        assert!(matches!(r, Some(Ok((w, ..))) if w.keeps_tmf_response()));
+        let r = go(&mut s, Event::Posted);
         assert!(matches!(r, Some(Ok((w, ..))) if w.keeps_tmf_response()));
         // "Function complete": no response will come, the LOCAL_INV waits
         // for the SENDs through the MR, and libiscsi ends the command once
@@ -1415,7 +1529,7 @@ mod tests {
         assert_eq!(broke, None);
         assert_eq!(out[1..3], [DONE, Err(Violation::Unexpected)]);
         // A post refused whole: quiet again, and posted anew.
-        let (_, broke) = run(
+        let (_, broke) = run_raw(
             &[
                 cmd(true, 1, Key::Given),
                 Event::NotPosted(false),
@@ -1426,9 +1540,24 @@ mod tests {
         );
         assert_eq!(broke, None);
         assert_eq!(out, [WAIT, DONE, WAIT, DONE]);
+        // A post's return said twice, or after its failure: riser's bug.
+        let (_, broke) = run_raw(
+            &[
+                cmd(true, 1, Key::Given),
+                Event::Posted,
+                Event::Posted,
+                Event::NotPosted(false),
+            ],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(
+            out[1..],
+            [WAIT, Err(Violation::Unexpected), Err(Violation::Unexpected)]
+        );
         // Its registration went: the key stays valid until an abort (or
         // the teardown) ends it.
-        let (s, broke) = run(
+        let (s, broke) = run_raw(
             &[
                 cmd(true, 1, Key::Given),
                 Event::NotPosted(true),
@@ -1443,6 +1572,89 @@ mod tests {
             [WAIT, WAIT, Ok((Action::Invalidate, RefOp::Keep)), DONE]
         );
         assert!(!s.live());
+    }
+
+    #[test]
+    fn a_response_before_the_post_returned_waits_for_it() {
+        let mut out = [WAIT; 4];
+        // A plain response in the window: no LOCAL_INV before the REG_MR
+        // is on the send queue; at the post's return it goes.
+        let (s, broke) = run_raw(
+            &[
+                cmd(false, 0, Key::Given),
+                rsp(None),
+                Event::Posted,
+                Event::InvDone,
+            ],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(
+            out,
+            [
+                WAIT,
+                Ok((Action::Wait, RefOp::Take)),
+                Ok((Action::Invalidate, RefOp::Keep)),
+                DONE_DROP
+            ]
+        );
+        assert!(s.word().quiet() && !s.word().reachable());
+        // An invalidation in the window does not end the key (it may have
+        // come before the registration it names was posted): the slot's
+        // own LOCAL_INV does.
+        let (s, broke) = run_raw(
+            &[
+                cmd(false, 0, Key::Given),
+                rsp(Some(RKEY)),
+                Event::Posted,
+                Event::InvDone,
+            ],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(
+            out,
+            [
+                WAIT,
+                Ok((Action::Wait, RefOp::Take)),
+                Ok((Action::Invalidate, RefOp::Keep)),
+                DONE_DROP
+            ]
+        );
+        assert!(s.word().quiet());
+        // Without a key, the post's return completes it; a failed post
+        // after the response also ends it (the connection fails).
+        let (_, broke) = run_raw(
+            &[cmd(false, 0, Key::None), rsp(None), Event::Posted],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(out[1..3], [Ok((Action::Wait, RefOp::Take)), DONE_DROP]);
+        let (_, broke) = run_raw(
+            &[
+                cmd(false, 0, Key::Given),
+                rsp(None),
+                Event::NotPosted(false),
+            ],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(out[1..3], [Ok((Action::Wait, RefOp::Take)), DONE_DROP]);
+        // A signaled SEND completing in the window waits for the return.
+        let (_, broke) = run_raw(
+            &[
+                cmd(true, 0, Key::None),
+                Event::SendDone,
+                rsp(None),
+                Event::Posted,
+            ],
+            &mut out,
+        );
+        assert_eq!(broke, None);
+        assert_eq!(
+            out,
+            [WAIT, WAIT, Ok((Action::Wait, RefOp::Take)), DONE_DROP]
+        );
     }
 
     #[test]
@@ -1489,7 +1701,10 @@ mod tests {
                 key: [Key::None, Key::Given, Key::GivenSendsUseMr][rng.below(3)],
                 hold: rng.below(4) == 0,
             }),
-            2 => Event::SendDone,
+            2 => match rng.below(2) {
+                0 => Event::Posted,
+                _ => Event::SendDone,
+            },
             3 | 4 => Event::DataOutDone,
             5 => Event::DataOutsUnsent([0, 1, 2][rng.below(3)]),
             6 | 7 => Event::Response(Response {
@@ -1542,6 +1757,7 @@ mod tests {
         };
         let events = [
             cmd(true, 1, Key::GivenSendsUseMr),
+            Event::Posted,
             Event::SendDone,
             Event::DataOutDone,
             Event::DataOutsUnsent(1),
@@ -1558,9 +1774,9 @@ mod tests {
             Event::Teardown,
         ];
         let mut consistent = 0;
-        for flags in 0u64..128 {
+        for flags in 0u64..256 {
             for outs in 0u64..3 {
-                let raw = (flags << 57) | (outs << DATA_OUT_SHIFT) | u64::from(wire(ITT));
+                let raw = (flags << 56) | (outs << DATA_OUT_SHIFT) | u64::from(wire(ITT));
                 consistent += u32::from(Word::from_raw(raw).is_consistent());
                 for ev in &events {
                     assert_eq!(any_word(raw, ev), Ok(()));
@@ -1571,6 +1787,7 @@ mod tests {
         assert!(consistent > 40);
         assert!(Word::default().is_consistent());
         assert!(!Word::from_raw(1 << 50).is_consistent());
+        assert!(!Word::from_raw(1 << 55).is_consistent());
     }
 }
 
@@ -1624,6 +1841,7 @@ mod exhaustive {
             }
         }
         v.extend([
+            Event::Posted,
             Event::SendDone,
             Event::DataOutDone,
             Event::DataOutsUnsent(0),
@@ -1645,7 +1863,9 @@ mod exhaustive {
         let mut done = 0;
         for _ in 0..16 {
             let w = s.word();
-            let ev = if w.response_due() {
+            let ev = if w.posting() {
+                Event::Posted
+            } else if w.response_due() {
                 Event::Response(Response {
                     itt: w.itt().unwrap_or(0),
                     invalidated: None,

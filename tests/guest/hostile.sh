@@ -626,7 +626,7 @@ ALL_CM="cm-rsvd cm-short cm-long"
 ALL_SMALL="burst-max burst-edge burst-min"
 ALL_REG0="inv-global"
 ALL_HOLD="silent-redo"
-ALL_EARLY="early-rsp-reconnect early-rsp stale-key"
+ALL_EARLY="early-rsp-reconnect early-rsp stale-key posting-rsp"
 # RISER_EVIL_MODES picks some modes of any phase, for debugging by hand; a
 # phase with none of them is left out.
 FFP_MODES=$ALL_FFP LOGIN_MODES=$ALL_LOGIN UNSOL_MODES=$ALL_UNSOL
@@ -1217,6 +1217,17 @@ fi
 # (fault_hold_posting): riser compares the invalidation with the key the
 # command will give, recorded in its slot before the word, never with what
 # the MR held before, and fails the connection.
+# posting-rsp: as early-rsp, the command held after its slot word, before
+# its post (fault_hold_posting), and the answer plain: it arrives while the
+# command's registration is not on the send queue yet (a LOCAL_INV posted
+# then would go ahead of the REG_MR and be undone by it). riser keeps the
+# answer waiting in the slot's word, as any response before its command's
+# completions: no failure on it; once the post returned, the LOCAL_INV goes,
+# and the READ completes with the target's status when the key is invalid.
+# The target does not serve the READ when it comes: it writes to the READ's
+# STag 500 ms later, which riser's device must refuse (the target hangs
+# up then, and the session logs in again). The READ's block holds what the
+# target never sent: only the trigger READ's data is compared.
 EARLY_FAILED="$FAILED: SCSI Response for no command posted"
 early_node() {
 	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
@@ -1241,13 +1252,29 @@ early_refused() {
 	[ -n "$itt" ] || { echo "the target sent no early answer"; return 1; }
 	printf -v itt '%#x' "$itt"
 	echo "the target answered ITT $itt early"
-	if [ "$1" = stale-key ]; then
+	if [ "$1" = posting-rsp ]; then
+		early_waited "$itt"
+	elif [ "$1" = stale-key ]; then
 		_wait_for 30 dmesg_has "riser: target invalidated rkey 0x[0-9a-f]+ with a ScsiResponse for ITT $itt, not that task's key" &&
 			dmesg_has "$FAILED: foreign remote invalidation"
 	else
 		_wait_for 30 dmesg_has "riser: target sent a SCSI Response for ITT $itt, which no command posted on this connection carries" &&
 			dmesg_has "$EARLY_FAILED"
 	fi
+}
+# early_waited ITT: riser failed nothing on the early answer for ITT (no
+# LOCAL_INV refused, no word refusing it, no response refused), and the
+# target's write to the READ's STag after the READ ended was refused.
+early_waited() {
+	_wait_for 30 evil_says early "^evil: late write (refused|completed)" || {
+		echo "the target tried no late write"
+		return 1
+	}
+	evil_says early "^evil: late write refused" || {
+		echo "the late write to the READ's STag was not refused"
+		return 1
+	}
+	dmesg_lacks "riser: (cannot invalidate MR|task slot [0-9]+: completion word refused|target sent a SCSI Response for ITT $1)|$FAILED: (cannot post a LOCAL_INV|command bookkeeping broken|SCSI Response)"
 }
 # early_fire MODE: READs one at a time, the last the priming one (300 for
 # early-rsp-reconnect, so that the target learns the slots' order; one for
@@ -1260,7 +1287,7 @@ early_refused() {
 early_fire() {
 	local m=$1 rc warm=1 knob=fault_hold_command
 	[ "$m" = early-rsp ] || warm=300
-	[ "$m" != stale-key ] || knob=fault_hold_posting
+	case $m in stale-key | posting-rsp) knob=fault_hold_posting ;; esac
 	dmesg_mark
 	evil_mark early
 	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8 - warm)) count=$warm \
@@ -1278,6 +1305,14 @@ early_fire() {
 		_wait_for 60 evil_says early "^evil: early-rsp: command itt 0x[0-9a-f]+ came after its answer: predicted right"
 	check "$m: riser held the command ($knob) until the answer was handled (test build)" \
 		dmesg_has "riser: fault injected: command itt 0x[0-9a-f]+ held [0-9]+ ms, until a SCSI Response for it was handled"
+	if [ "$m" = posting-rsp ]; then
+		check "$m: riser kept the early answer in the slot's word until the post returned, then ended the key" \
+			early_refused "$m"
+		check "$m: session logged in again" _wait_for 120 session_up "$IQN"
+		check "$m: both READs succeeded, the first with the disk's data" \
+			eval '[ "$rc" = 0 ] && cmp -n 4096 /tmp/early-got /tmp/early-exp'
+		return
+	fi
 	check "$m: riser refused the early answer, naming its ITT, and failed the connection" \
 		early_refused "$m" "$m"
 	check "$m: session logged in again" _wait_for 120 session_up "$IQN"

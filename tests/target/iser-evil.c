@@ -72,15 +72,18 @@
  * and sends its response on a later connection when a command comes for
  * the same libiscsi task slot with another session age.
  *
- * early-rsp, early-rsp-reconnect and stale-key answer a command before it
- * arrives: the target learns the order in which libiscsi hands out its task
+ * early-rsp, early-rsp-reconnect, stale-key and posting-rsp answer a
+ * command before it arrives: the target learns the order in which libiscsi hands out its task
  * slots (a FIFO) from the ITTs it sees and sends GOOD status for the ITT it
  * predicts next, 1 s after the trigger READ's answer (early-rsp; stale-key
  * with SEND_WITH_INV of the STag that slot's last command gave), or 1 s
  * after the next login once it hung up on the trigger READ
  * (early-rsp-reconnect), then says whether the command came with that ITT
  * ("evil: early-rsp: command itt ... came after its answer: predicted
- * right") and serves it as any other.
+ * right") and serves it as any other; posting-rsp answers as early-rsp and
+ * then, instead of serving the READ, writes to its STag LATE_MS after it
+ * came (a late write: "evil: late write refused ..." is the initiator's
+ * right answer).
  *
  * silent-redo is silent-all (every TMF refused, so the initiator ends in a
  * session reset) whose trigger READ, sent again on the next connection, is
@@ -1296,6 +1299,7 @@ static struct early_rsp_state {
 	uint32_t raw;		/* the predicted ITT, initiator's order */
 	uint32_t itt;		/* the same on the wire */
 	uint32_t inv;		/* stale-key: the rkey the answer invalidates (0: none) */
+	bool late_write;	/* posting-rsp: the answered READ's STag written late */
 } early_rsp;
 
 /*
@@ -1349,6 +1353,20 @@ static bool early_rsp_read(const struct misbehaviour *m, struct conn *c, const s
 	early_due();
 	fire();
 	return true;
+}
+
+/*
+ * posting-rsp: as early-rsp, against an initiator that holds the command
+ * after its slot word, before its post (riser's fault_hold_posting): the
+ * answer arrives while the command's registration is not yet on the send
+ * queue. When the answered READ comes, it is not served: its read STag is
+ * written LATE_MS later (a late write), which the initiator must refuse:
+ * the command ended with the answer, and its key with it.
+ */
+static bool posting_rsp_read(const struct misbehaviour *m, struct conn *c, const struct cmd *k)
+{
+	early_rsp.late_write = true;
+	return early_rsp_read(m, c, k);
 }
 
 /* early-rsp-reconnect: the trigger READ, unanswered; hang up. */
@@ -1434,6 +1452,11 @@ static bool early_rsp_command(struct conn *c, const struct cmd *k)
 		printf("evil: early-rsp: command itt 0x%08x came, not the predicted 0x%08x\n",
 		       k->itt, early_rsp.itt);
 	fflush(stdout);
+	if (early_rsp.late_write && k->itt == early_rsp.itt && k->rstag) {
+		early_rsp.late_write = false;
+		late_arm(true, k->rstag, k->rva, k->len, k->off);
+		return true;
+	}
 	/* Served as any other: its data goes to the STag it brings. */
 	return false;
 }
@@ -2381,6 +2404,8 @@ static const struct misbehaviour modes_table[] = {
 	  .read = early_rsp_hangup_read, .after = { &early_rsp_after } },
 	{ .name = "stale-key", .phase = PH_SCSI, .trigger = TR_READ, .read = stale_key_read,
 	  .after = { &early_rsp_after } },
+	{ .name = "posting-rsp", .phase = PH_SCSI, .trigger = TR_READ, .read = posting_rsp_read,
+	  .after = { &early_rsp_after, &late_after } },
 };
 #define NMODES_TABLE (sizeof(modes_table) / sizeof(modes_table[0]))
 

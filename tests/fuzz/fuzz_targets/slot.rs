@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Fuzzes the task slots' completion words (`slot`): arbitrary sequences
-//! of events on three slots (posts of any shape, SEND, Data-Out and
+//! of events on three slots (posts of any shape and their returns, SEND, Data-Out and
 //! LOCAL_INV completions, responses with any ITT and any invalidation,
 //! Data-Outs given up, failed posts, TMFs ending any set of slots, the
 //! teardown of one slot or of all), each step checked against a shadow
@@ -42,7 +42,7 @@ fn host(wire: u32) -> u32 {
     u32::from_ne_bytes(wire.to_be_bytes())
 }
 
-/// The event `kind` (below 9) for `slot`, whose command has `itt` and
+/// The event `kind` (below 10) for `slot`, whose command has `itt` and
 /// gave `rkey`, with its parameters from the input.
 fn event(input: &mut Input<'_>, kind: u8, slot: u32, itt: u32, rkey: u32) -> Event {
     match kind {
@@ -99,6 +99,7 @@ fn event(input: &mut Input<'_>, kind: u8, slot: u32, itt: u32, rkey: u32) -> Eve
         5 => Event::InvDone,
         6 => Event::Abort,
         7 => Event::NotPosted(input.u8() & 1 != 0),
+        8 => Event::Posted,
         _ => Event::Teardown,
     }
 }
@@ -108,7 +109,7 @@ fuzz_target!(|data: &[u8]| {
     if input.u8() & 0x80 != 0 {
         while !input.is_empty() {
             let raw = input.u64();
-            let kind = input.u8() % 9;
+            let kind = input.u8() % 10;
             let ev = event(&mut input, kind, 0, wire(0x1000_0000), 0x42);
             if let Err(e) = any_word(raw, &ev) {
                 panic!("{e}: {ev:?} on {raw:#x}");
@@ -121,7 +122,7 @@ fuzz_target!(|data: &[u8]| {
     while !input.is_empty() {
         let b = input.u8();
         let i = usize::from(b & 3) % SLOTS;
-        let kind = (b >> 2) % 11;
+        let kind = (b >> 2) % 12;
         // CAST: three slots.
         let slot = i as u32;
         let itt = slots[i].word().itt().unwrap_or(wire(slot));
@@ -129,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
         let mut todo = [(SLOTS, Event::Abort); SLOTS];
         match kind {
             // A TMF ended a set of slots' commands ("function complete").
-            9 => {
+            10 => {
                 let mask = input.u8();
                 for (j, t) in todo.iter_mut().enumerate() {
                     if mask & (1 << j) != 0 {
@@ -138,7 +139,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             // The connection's teardown, after the drain.
-            10 => {
+            11 => {
                 for (j, t) in todo.iter_mut().enumerate() {
                     *t = (j, Event::Teardown);
                 }
