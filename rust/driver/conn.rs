@@ -75,9 +75,11 @@ use kernel::{
     prelude::*,
     revocable::Revocable,
     sync::{
+        rcu,
         Arc,
         Completion,
         CondVar,
+        CondVarTimeoutResult,
         Mutex,
         SetOnce, //
     },
@@ -130,6 +132,11 @@ pub(super) struct State {
     /// The RDMA resources (and the CM id) are gone: set by whichever of
     /// `ep_disconnect` and the device-removal handler freed them.
     pub(super) released: bool,
+    /// The target closed the connection (the CM said disconnected).
+    peer_closed: bool,
+    /// The connection was up when it was torn down after a Logout
+    /// Response: the release first lets the target close (bounded).
+    logout_grace: bool,
 }
 
 impl State {
@@ -210,6 +217,8 @@ impl IserConn {
                     // Until the CM id below exists.
                     phase: Phase::Failed,
                     released: false,
+                    peer_closed: false,
+                    logout_grace: false,
                 }, "riser_conn_state"),
                 cv <- new_condvar!("riser_conn_cv"),
                 bound <- ConnSlot::new(),
@@ -285,6 +294,16 @@ impl IserConn {
     /// this returns, and blocks the session and starts its replacement
     /// timer only after the disconnect.
     ///
+    /// When the connection owes nothing ([`IserConn::owes_nothing`]: no
+    /// command live on a slot, no task reference held, once no post can
+    /// still be under way), there is nothing of libiscsi's for the target
+    /// or the device to reach, and nothing to wait for: the release goes
+    /// on behind, and after a logout it first lets the target close (LIO
+    /// mishandles a disconnect that flushes its Logout Response's send: it
+    /// warns, and has crashed on teardown, with ib_iser too), at most
+    /// `LOGOUT_GRACE_MS`, on the release queue rather than in iscsid's
+    /// call (iscsid logs sessions out one at a time).
+    ///
     /// The release runs on riser's release queue, in `Res`'s order: the QP
     /// disconnected, drained and destroyed, and only then the task
     /// references dropped, so no command completes while the target can
@@ -301,6 +320,7 @@ impl IserConn {
             self.log_totals();
             let c = self.clone();
             if let Err(release) = RELEASES.spawn(move || {
+                c.await_peer_close();
                 fault::delay_release();
                 c.release(true)
             }) {
@@ -310,31 +330,61 @@ impl IserConn {
         // Resources made are dropped by the release queued above (or the
         // device-removal handler), which completes this after the QP and
         // before the slow frees. None made: nothing to wait for.
-        if self.res.as_ref().is_some() {
+        if self.res.as_ref().is_some() && !self.owes_nothing() {
             self.quiesced.wait_for_completion();
         }
     }
 
-    /// Stops the connection: the fast paths refuse new work from here. No
-    /// waiting on the network (but a bounded grace after a logout), and
-    /// nothing freed; idempotent.
-    fn terminate(&self) {
-        {
-            // After a logout, let the target close first: disconnecting at
-            // once can flush the target's Logout Response send, which LIO
-            // mishandles (it warns, and has crashed on teardown, with
-            // ib_iser too). Bounded, and only after a logout, so failover
-            // never waits on the network here.
-            let mut st = self.state.lock();
-            if self.logged_out.load(Acquire) && matches!(st.phase, Phase::Up) {
-                let _ = self
-                    .cv
-                    .wait_interruptible_timeout(&mut st, msecs_to_jiffies(LOGOUT_GRACE_MS));
+    /// Whether the connection holds nothing of libiscsi's that the target
+    /// or the device may still reach: every slot's word quiet (no command
+    /// live, no key of one valid, no SEND of one outstanding) and no task
+    /// reference held. Asked after [`IserConn::terminate`] refused the
+    /// fast paths, past a grace period: a command post that saw the
+    /// connection up did so inside its RCU read section (`xmit_task`), so
+    /// once the grace period ends every such post has published its word,
+    /// and no later one will. A control PDU sent after this (which
+    /// libiscsi's unbind has stopped already) may still take a reference:
+    /// the release drops it after the drain, and the layer waits for task
+    /// references before libiscsi frees the connection. Not sure (the
+    /// resources already being released): false.
+    /// With `always_register=0` the target holds the PD's global rkey,
+    /// which only the QP's end takes back: false.
+    fn owes_nothing(&self) -> bool {
+        if !self.params.always_register {
+            return false;
+        }
+        rcu::synchronize_rcu();
+        self.res().is_some_and(|r| r.cmds.owes_nothing())
+    }
+
+    /// After a logout, lets the target close first, at most
+    /// `LOGOUT_GRACE_MS`: disconnecting at once can flush the target's
+    /// Logout Response send, which LIO mishandles. Only after a logout,
+    /// so failover never waits on the network. Called by the release
+    /// before it disconnects.
+    fn await_peer_close(&self) {
+        let mut st = self.state.lock();
+        if !st.logout_grace {
+            return;
+        }
+        let mut left = msecs_to_jiffies(LOGOUT_GRACE_MS);
+        while !st.peer_closed {
+            match self.cv.wait_interruptible_timeout(&mut st, left) {
+                CondVarTimeoutResult::Woken { jiffies } => left = jiffies,
+                CondVarTimeoutResult::Timeout | CondVarTimeoutResult::Signal { .. } => break,
             }
         }
+    }
+
+    /// Stops the connection: the fast paths refuse new work from here. No
+    /// waiting on the network, and nothing freed; idempotent.
+    fn terminate(&self) {
         // From here the fast paths refuse new work.
         let left = {
             let mut st = self.state.lock();
+            if self.logged_out.load(Acquire) && matches!(st.phase, Phase::Up) {
+                st.logout_grace = true;
+            }
             if st.phase.connecting() {
                 // iscsid gave up waiting (its ep_poll timed out) or was
                 // stopped: say so, as iscsid's own line does not say why.
@@ -696,6 +746,9 @@ impl CmHandler for IserConn {
             }
             CmEvent::Disconnected | CmEvent::AddrChange | CmEvent::TimewaitExit => {
                 let was_up = matches!(st.phase, Phase::Up);
+                if !matches!(event, CmEvent::AddrChange) {
+                    st.peer_closed = true;
+                }
                 if st.phase.connecting() {
                     drop(st.set(self, Phase::Failed));
                 } else if was_up {

@@ -210,6 +210,11 @@ impl Track {
         })
     }
 
+    /// Whether it holds no task reference and no TMF Response.
+    fn owes_nothing(&self) -> bool {
+        self.held.is_none() && self.puts.iter().all(Option::is_none)
+    }
+
     /// Takes back the reference of send tag `tag`, once its SEND completed
     /// (`post`: the completed post's number on the tag) or was not posted
     /// (`None`).
@@ -339,6 +344,16 @@ impl Cmds {
                 None => break,
             }
         }
+    }
+
+    /// Whether no command is live on any slot (every word quiet) and riser
+    /// holds no task reference (none in a slot, none for a control PDU's
+    /// SEND, no TMF Response held).
+    pub(super) fn owes_nothing(&self) -> bool {
+        self.slots
+            .iter()
+            .all(|s| s.word().quiet() && !s.word().holds_ref() && s.hold.is_empty())
+            && self.track.lock().owes_nothing()
     }
 
     /// The completion words and LUNs of the slots.

@@ -675,6 +675,12 @@ impl TaskHold {
         }
     }
 
+    /// Whether no reference is kept (as the call saw it: another CPU may
+    /// put or take one at any time).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slot.load(Ordering::Acquire).is_null()
+    }
+
     /// The reference kept, if any, taken out.
     pub(crate) fn take(&self) -> Option<TaskRef> {
         let slot = NonNull::new(self.slot.swap(null_mut(), Ordering::AcqRel))?;
