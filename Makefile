@@ -31,8 +31,10 @@
 #   make reference  the guest harness (LIO target, iscsid) driven by the C
 #                   ib_iser over rxe and over siw: proves the harness, not riser
 #   make install    (as root, after make) riser.ko into KDIR's kernel's
-#                   updates/ directory, depmod, and the modprobe.d rule that
+#                   updates/ directory, depmod, the modprobe.d rule that
 #                   makes open-iscsi's automatic "modprobe ib_iser" load riser
+#                   (and "modprobe -r ib_iser" unload it), and the
+#                   initramfs-tools hook that puts riser.ko in an initramfs
 #   make uninstall  undoes make install: iscsid loads ib_iser again
 #   make dkms-install  (as root) riser under DKMS for the running kernel
 #                   and every new one (scripts/dkms-riser), with the rule
@@ -233,9 +235,11 @@ reference: modules
 
 # Where make install puts things: the release of the kernel in KDIR (for the
 # running kernel, KDIR=/lib/modules/$(uname -r)/build), under INSTALL_MOD_PATH
-# (empty: /), and the modprobe.d directory under DESTDIR.
+# (empty: /), and the modprobe.d and initramfs-tools hooks directories
+# under DESTDIR.
 KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
 MODPROBE_D ?= /etc/modprobe.d
+INITRAMFS_HOOKS ?= /etc/initramfs-tools/hooks
 
 # Not built here: make install runs as root, often from a tree built by a
 # user (and the guest test runs it on a read-only tree).
@@ -244,11 +248,12 @@ install:
 	@test -f riser.ko || { echo "riser.ko is not built: run make (with the same KDIR) first" >&2; exit 1; }
 	$(KMAKE) INSTALL_MOD_DIR=updates modules_install
 	install -D -m 0644 scripts/modprobe-riser.conf $(DESTDIR)$(MODPROBE_D)/riser.conf
+	install -D -m 0755 scripts/initramfs-riser-hook $(DESTDIR)$(INITRAMFS_HOOKS)/riser
 
 uninstall:
 	@test -n "$(KRELEASE)" || { echo "no kernel release in KDIR=$(KDIR)" >&2; exit 1; }
 	rm -f $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/updates/riser.ko*
-	rm -f $(DESTDIR)$(MODPROBE_D)/riser.conf
+	rm -f $(DESTDIR)$(MODPROBE_D)/riser.conf $(DESTDIR)$(INITRAMFS_HOOKS)/riser
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
 dkms-install:

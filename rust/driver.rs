@@ -226,13 +226,21 @@ impl TransportOps for Iser {
         }
         let s = ep.res().ok_or(ENOTCONN)?.sizing;
         let max_sectors = params.max_sectors.min(s.max_sectors);
-        if max_sectors < params.max_sectors {
+        if max_sectors < params.max_sectors_given {
             // As ib_iser says it: the device's registrations map fewer
-            // pages than a command of max_sectors needs.
+            // pages than a command of max_sectors needs, or riser's own
+            // limit does.
             pr_warn!(
-                "max_sectors was reduced from {} to {} (the device's fast-registration page list)\n",
-                params.max_sectors,
-                max_sectors
+                "max_sectors was reduced from {} to {} (the device's fast-registration page list, or riser's {})\n",
+                params.max_sectors_given,
+                max_sectors,
+                sizing::MAX_MAX_SECTORS
+            );
+        }
+        if params.pi_enable {
+            pr_warn!(
+                "pi_enable=Y: the session to {} runs without T10-PI (riser does not offload it)\n",
+                Addr(ep.dst)
             );
         }
         Ok(SessionLimits {
@@ -566,6 +574,20 @@ impl kernel::InPlaceModule for Riser {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         crate::fault::announce();
         if let Ok(p) = crate::params::current() {
+            if p.max_sectors_adjusted() {
+                pr_warn!(
+                    "max_sectors={} is outside the {}..={} sectors riser sizes a session for: sessions use {}\n",
+                    p.max_sectors_given,
+                    sizing::MIN_MAX_SECTORS,
+                    sizing::MAX_MAX_SECTORS,
+                    p.max_sectors
+                );
+            }
+            if p.pi_enable {
+                pr_warn!(
+                    "pi_enable=Y: riser does not offload T10-PI: sessions run without protection information\n"
+                );
+            }
             if !p.always_register {
                 pr_warn!(
                     "always_register=0: targets are given the global rkey, which reaches all \

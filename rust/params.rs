@@ -33,6 +33,25 @@ pub(crate) fn current() -> Result<Params> {
     })
 }
 
+/// Whether riser's debug messages print: `debug_level` above 2, as
+/// ib_iser's `iser_dbg` (its levels 1 and 2 add warnings and notices that
+/// riser always prints). Read at each message: the parameter is writable.
+pub(crate) fn debug() -> bool {
+    // SAFETY: The getter only reads the parameter with READ_ONCE.
+    unsafe { bindings::riser_param_debug_level() > 2 }
+}
+
+/// A debug message (`KERN_DEBUG`, with riser's prefix) when `debug_level`
+/// is above 2 ([`debug`]).
+macro_rules! riser_dbg {
+    ($($arg:tt)*) => {
+        if $crate::params::debug() {
+            ::kernel::print_macro!(::kernel::print::format_strings::DEBUG, false, $($arg)*)
+        }
+    };
+}
+pub(crate) use riser_dbg;
+
 /// Checks `value` for the parameter `name`; called by `rust/params.c` before
 /// it stores a value. Returns 0, or `-EINVAL` after logging the bounds.
 ///

@@ -27,6 +27,7 @@ use super::{
 use crate::{
     fault,
     iscsi::ConnSlot,
+    params::riser_dbg,
     proto::{
         iser::{
             CmHeader,
@@ -691,7 +692,19 @@ impl CmHandler for IserConn {
                 }
                 if let Some(p) = private {
                     if let Ok(h) = CmHeader::decode(&p) {
-                        pr_debug!("target CM header: {:?}\n", h);
+                        riser_dbg!("target CM header: {:?}\n", h);
+                    }
+                    // The target says it does not send with invalidate:
+                    // riser invalidates every key itself, and a
+                    // SEND_WITH_INV from it fails the connection.
+                    if CmHeader::refuses_send_w_inv(&p) == Some(true) {
+                        riser_dbg!(
+                            "connection to {}: the target does not send with invalidate\n",
+                            Addr(self.dst)
+                        );
+                        if let Some(r) = self.res() {
+                            r.cmds.refuse_remote_inv();
+                        }
                     }
                 }
                 st.set(self, Phase::Up);
@@ -765,7 +778,7 @@ impl CmHandler for IserConn {
                     });
                 }
             }
-            CmEvent::Other(n) => pr_debug!("CM event {} ignored\n", n),
+            CmEvent::Other(n) => riser_dbg!("CM event {} ignored\n", n),
         }
     }
 }

@@ -9,7 +9,8 @@
 use super::Iser;
 use crate::{
     iscsi::TransportOps,
-    kernel_ext::registry::registry, //
+    kernel_ext::registry::registry,
+    params::riser_dbg, //
     rdma::{
         AsyncEvent,
         ClientDriver,
@@ -101,7 +102,7 @@ impl Drop for DevUse {
             }
         };
         if last.is_some() {
-            pr_debug!("last connection on the device gone: its context is freed\n");
+            riser_dbg!("last connection on the device gone: its context is freed\n");
         }
     }
 }
@@ -165,7 +166,7 @@ impl ClientDriver for Iser {
     }
 
     fn remove(dev: &Device, slot: &Arc<DevSlot>) {
-        pr_debug!(
+        riser_dbg!(
             "device {} going away ({} connections on it)\n",
             BStr::from_bytes(dev.name().as_bytes()),
             slot.ctx.lock().users

@@ -280,8 +280,10 @@ pub(super) struct Cmds {
     /// A TMF Response is held in `track` (read by every completion
     /// without the lock: see [`Cmds::events_done`]).
     tmf_held: Atomic<bool>,
-    /// The target may invalidate the commands' keys (SEND_WITH_INV).
-    remote_inv: bool,
+    /// The target may invalidate the commands' keys (SEND_WITH_INV): riser
+    /// asked for it (always_register), and the target's CM accept did not
+    /// refuse it ([`Cmds::refuse_remote_inv`], before the connection is up).
+    remote_inv: Atomic<bool>,
     /// The connection's send tags (a LOCAL_INV's is its MR's).
     tags: TagMap,
     counters: Arc<Counters>,
@@ -306,10 +308,18 @@ impl Cmds {
             slots,
             track: KBox::pin_init(new_spinlock_irq!(track, "riser_track"), GFP_KERNEL)?,
             tmf_held: Atomic::new(false),
-            remote_inv,
+            remote_inv: Atomic::new(remote_inv),
             tags,
             counters,
         })
+    }
+
+    /// The target's CM accept said it does not send with invalidate: a
+    /// SEND_WITH_INV from it fails the connection, as ib_iser has it. Set
+    /// when the connection is established, before the login: every
+    /// receive completes after (its PDU answers one riser sent later).
+    pub(super) fn refuse_remote_inv(&self) {
+        self.remote_inv.store(false, Relaxed);
     }
 
     /// The rare PDUs' bookkeeping. No task reference may be dropped under
@@ -511,7 +521,7 @@ impl Cmds {
             itt: pdu.itt,
             invalidated,
             rkey: 0,
-            remote_inv: self.remote_inv,
+            remote_inv: self.remote_inv.load(Relaxed),
         };
         // A command that still waits for something past its response (its
         // SEND's or a Data-Out's completion, or a LOCAL_INV) needs a
@@ -538,7 +548,7 @@ impl Cmds {
                     // As above: not the last.
                     drop(s.hold.take());
                 }
-                return Self::refused(v, s.word(), pdu, invalidated);
+                return Self::refused(v, s.word(), pdu, invalidated, r.remote_inv);
             }
         };
         // An invalidation ends the key unless it came before the post
@@ -625,8 +635,17 @@ impl Cmds {
         w: Word,
         pdu: &RxPdu,
         invalidated: Option<u32>,
+        remote_inv: bool,
     ) -> FailResult<Option<TaskRef>> {
         match v {
+            Violation::ForeignInvalidation if !remote_inv => {
+                pr_err!(
+                    "target invalidated rkey {:#x} with a SCSI Response for ITT {:#x}, though Send with Invalidate was not agreed (its CM accept refused it, or always_register=0)\n",
+                    invalidated.unwrap_or(0),
+                    pdu.itt
+                );
+                Err(Failure::ForeignInvalidation)
+            }
             Violation::SecondResponse => {
                 pr_err!(
                     "target sent a second SCSI Response for ITT {:#x}\n",

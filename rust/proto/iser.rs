@@ -154,6 +154,14 @@ impl CmHeader {
         Ok(())
     }
 
+    /// Whether a target's CM reply (`buf`, its private data) says it will
+    /// not send with invalidate (the I bit), read as ib_iser reads it: the
+    /// flags byte alone, whatever the reserved bits hold. `None` when the
+    /// reply carries no header.
+    pub(crate) fn refuses_send_w_inv(buf: &[u8]) -> Option<bool> {
+        buf.first().map(|f| f & CM_FLAG_SEND_W_INV_NOT_SUP != 0)
+    }
+
     /// Parses the header at the start of CM private data.
     ///
     /// The private data of a CM message is usually longer than the header
@@ -369,6 +377,23 @@ mod tests {
             b[at] = 0x80;
             assert_eq!(CmHeader::decode(&b), Err(ProtoError::Reserved));
         }
+    }
+
+    #[test]
+    fn a_target_s_refusal_of_send_with_invalidate_is_read_from_its_flags_alone() {
+        // The I bit, whatever else the reply holds (as ib_iser reads it).
+        assert_eq!(CmHeader::refuses_send_w_inv(&[0x40]), Some(true));
+        assert_eq!(CmHeader::refuses_send_w_inv(&[0xc0, 0, 0, 0]), Some(true));
+        assert_eq!(
+            CmHeader::refuses_send_w_inv(&[0x7f, 0xff, 0xff]),
+            Some(true)
+        );
+        assert_eq!(
+            CmHeader::refuses_send_w_inv(&[0xbf, 0xff, 0xff, 0xff]),
+            Some(false)
+        );
+        assert_eq!(CmHeader::refuses_send_w_inv(&[0x80, 0, 0, 0]), Some(false));
+        assert_eq!(CmHeader::refuses_send_w_inv(&[]), None);
     }
 
     #[test]

@@ -15,6 +15,12 @@ pub(crate) const PAGE_4K: u32 = 4096;
 pub(crate) const DEF_MAX_SECTORS: u32 = 1024;
 /// LUNs scanned per session by default.
 pub(crate) const DEF_MAX_LUN: u32 = 512;
+/// The least `max_sectors` a session uses: one 4 KiB page (the block layer
+/// refuses a smaller command limit).
+pub(crate) const MIN_MAX_SECTORS: u32 = 8;
+/// The most `max_sectors` a session uses: 16 MiB (4096 pages, the largest
+/// fast-registration list ib_iser supports).
+pub(crate) const MAX_MAX_SECTORS: u32 = 32768;
 /// Commands queued per LUN by default: as many as a session holds by default
 /// (ib_iser's ISER_DEF_XMIT_CMDS_MAX).
 pub(crate) const DEF_CMD_PER_LUN: i16 = 512;
@@ -28,8 +34,11 @@ pub(crate) const fn sg_tablesize(max_sectors: u32) -> u32 {
 /// The module parameters after validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Params {
-    /// Largest command in sectors.
+    /// Largest command in sectors, as sessions use it: the value given,
+    /// within `MIN_MAX_SECTORS..=MAX_MAX_SECTORS`.
     pub(crate) max_sectors: u32,
+    /// The `max_sectors` value given (any above 0, as ib_iser takes).
+    pub(crate) max_sectors_given: u32,
     /// LUNs per session.
     pub(crate) max_lun: u32,
     /// Debug verbosity.
@@ -53,16 +62,17 @@ pub(crate) struct ParamError {
     pub(crate) max: i64,
 }
 
-/// Each module parameter with its inclusive bounds:
-/// - `max_sectors`: at least one 4 KiB page, at most 16 MiB (4096 pages, the
-///   largest fast-registration list ib_iser supports);
-/// - `max_lun`: 1 to 65536 LUNs scanned per session;
-/// - `debug_level`: 0 (off) to 4 (every PDU);
+/// Each module parameter with its inclusive bounds, those of ib_iser:
+/// - `max_sectors`: any above 0 (an unsigned int); sessions use it within
+///   one 4 KiB page and 16 MiB ([`Params::max_sectors`]);
+/// - `max_lun`: any above 0 (an unsigned int);
+/// - `debug_level`: any int (above 2, riser's debug messages print);
 /// - the booleans `always_register` and `pi_enable`: 0 or 1.
+// CAST: u32 and i32 bounds, each within i64.
 const BOUNDS: [(&str, i64, i64); 5] = [
-    ("max_sectors", 8, 32768),
-    ("max_lun", 1, 65536),
-    ("debug_level", 0, 4),
+    ("max_sectors", 1, u32::MAX as i64),
+    ("max_lun", 1, u32::MAX as i64),
+    ("debug_level", i32::MIN as i64, i32::MAX as i64),
     ("always_register", 0, 1),
     ("pi_enable", 0, 1),
 ];
@@ -100,12 +110,25 @@ impl Params {
         check_param("max_lun", max_lun.into())?;
         check_param("debug_level", debug_level.into())?;
         Ok(Self {
-            max_sectors,
+            max_sectors: max_sectors.clamp(MIN_MAX_SECTORS, MAX_MAX_SECTORS),
+            max_sectors_given: max_sectors,
             max_lun,
             debug_level,
             always_register,
             pi_enable,
         })
+    }
+
+    /// Whether sessions use another `max_sectors` than the value given
+    /// (outside `MIN_MAX_SECTORS..=MAX_MAX_SECTORS`): said at load.
+    pub(crate) fn max_sectors_adjusted(&self) -> bool {
+        self.max_sectors != self.max_sectors_given
+    }
+
+    /// Whether riser's debug messages print (ib_iser's `iser_dbg`: a
+    /// `debug_level` above 2).
+    pub(crate) fn debug(&self) -> bool {
+        self.debug_level > 2
     }
 
     /// Scatter/gather entries of the largest command.
@@ -274,8 +297,10 @@ mod tests {
     /// Random valid parameters and device limits, with at most as many
     /// commands as libiscsi asks for (a u16).
     fn random_device(r: &mut Rng) -> (Params, u32, u32, u32, bool) {
+        let max_sectors = 8 + r.u32() % 32761;
         let p = Params {
-            max_sectors: 8 + r.u32() % 32761,
+            max_sectors,
+            max_sectors_given: max_sectors,
             max_lun: 1,
             debug_level: 0,
             always_register: true,
@@ -306,10 +331,20 @@ mod tests {
 
     #[test]
     fn each_parameter_is_checked_by_name() {
-        assert_eq!(check_param("max_sectors", 8), Ok(()));
-        assert_eq!(check_param("max_sectors", 7).map_err(|e| e.min), Err(8));
-        assert_eq!(check_param("max_lun", 65537).map_err(|e| e.max), Err(65536));
+        // What ib_iser takes: max_sectors and max_lun above 0, any
+        // debug_level.
+        assert_eq!(check_param("max_sectors", 1), Ok(()));
+        assert_eq!(check_param("max_sectors", 0).map_err(|e| e.min), Err(1));
+        assert_eq!(check_param("max_sectors", 65536), Ok(()));
+        assert_eq!(check_param("max_lun", 65537), Ok(()));
+        assert_eq!(
+            check_param("max_lun", 1 << 32).map_err(|e| e.max),
+            Err(0xffff_ffff)
+        );
         assert_eq!(check_param("debug_level", 4), Ok(()));
+        assert_eq!(check_param("debug_level", 9), Ok(()));
+        assert_eq!(check_param("debug_level", -1), Ok(()));
+        assert!(check_param("debug_level", 1 << 31).is_err());
         assert_eq!(check_param("always_register", 1), Ok(()));
         assert_eq!(
             check_param("pi_enable", 2).map_err(|e| e.name),
@@ -339,28 +374,41 @@ mod tests {
             Err(ParamError {
                 name: "max_sectors",
                 value: 0,
-                min: 8,
-                max: 32768
+                min: 1,
+                max: 0xffff_ffff
             })
-        );
-        assert_eq!(
-            Params::new(32769, 512, 0, true, false).map_err(|e| e.name),
-            Err("max_sectors")
         );
         assert_eq!(
             Params::new(1024, 0, 0, true, false).map_err(|e| e.name),
             Err("max_lun")
         );
-        assert_eq!(
-            Params::new(1024, 512, -1, true, false).map_err(|e| e.name),
-            Err("debug_level")
-        );
-        assert_eq!(
-            Params::new(1024, 512, 5, true, false).map_err(|e| e.value),
-            Err(5)
-        );
         assert!(Params::new(8, 1, 4, false, true).is_ok());
         assert!(Params::new(32768, 65536, 0, true, false).is_ok());
+        assert!(Params::new(u32::MAX, u32::MAX, i32::MIN, true, false).is_ok());
+    }
+
+    #[test]
+    fn sessions_use_max_sectors_within_a_page_and_16_mib() {
+        let p = |n| Params::new(n, DEF_MAX_LUN, 0, true, false).ok();
+        assert_eq!(
+            p(1).map(|p| (p.max_sectors, p.max_sectors_adjusted())),
+            Some((8, true))
+        );
+        assert_eq!(
+            p(8).map(|p| (p.max_sectors, p.max_sectors_adjusted())),
+            Some((8, false))
+        );
+        assert_eq!(
+            p(32768).map(|p| (p.max_sectors, p.max_sectors_adjusted())),
+            Some((32768, false))
+        );
+        assert_eq!(
+            p(32769).map(|p| (p.max_sectors, p.max_sectors_given, p.sg_tablesize())),
+            Some((32768, 32769, 4096))
+        );
+        // debug_level above 2 prints the debug messages, as ib_iser's.
+        let d = |l| Params::new(1024, 1, l, true, false).is_ok_and(|p| p.debug());
+        assert!(!d(2) && d(3) && d(9) && !d(-1));
     }
 
     fn defaults() -> Params {
@@ -368,6 +416,7 @@ mod tests {
             Ok(p) => p,
             Err(_) => Params {
                 max_sectors: 0,
+                max_sectors_given: 0,
                 max_lun: 0,
                 debug_level: 0,
                 always_register: true,
@@ -560,9 +609,9 @@ mod tests {
     fn parameters_are_checked_against_their_documented_bounds() {
         // The bounds as `check_param`'s documentation gives them.
         const DOCUMENTED: [(&str, i64, i64); 5] = [
-            ("max_sectors", 8, 32768),
-            ("max_lun", 1, 65536),
-            ("debug_level", 0, 4),
+            ("max_sectors", 1, 0xffff_ffff),
+            ("max_lun", 1, 0xffff_ffff),
+            ("debug_level", -0x8000_0000, 0x7fff_ffff),
             ("always_register", 0, 1),
             ("pi_enable", 0, 1),
         ];

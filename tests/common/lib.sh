@@ -359,16 +359,19 @@ iscsi_state() {
 	rdma resource show qp 2>&1
 }
 
-# unload_riser [SECONDS]: rmmod riser once nothing holds it, waiting up to
-# SECONDS (default 60) for the holders that go on their own after a logout
+# unload_riser [SECONDS [COMMAND...]]: rmmod riser (or COMMAND, which must
+# unload it) once nothing holds it, waiting up to SECONDS (default 60) for the holders that go on their own after a logout
 # (a udev probe that opened the disk before it went); when it has to wait,
 # says what held riser (iscsi_state) and how long it took. When riser is
 # still held at the end, says what holds it then.
 unload_riser() {
-	local i n=$((${1:-60} * 5))
+	local i n=$((${1:-60} * 5)) t=${1:-60} cmd
+	[ $# = 0 ] || shift
+	cmd=("$@")
+	[ ${#cmd[@]} -gt 0 ] || cmd=(rmmod riser)
 	[ -d /sys/module/riser ] || { echo "riser is not loaded"; return 1; }
 	if [ "$(cat /sys/module/riser/refcnt)" != 0 ]; then
-		echo "riser is held; waiting up to ${1:-60} s. Holders now:"
+		echo "riser is held; waiting up to $t s. Holders now:"
 		iscsi_state
 	fi
 	local ref
@@ -379,7 +382,7 @@ unload_riser() {
 	if [ "$i" -gt 0 ] && [ "$i" -lt "$n" ]; then
 		echo "riser's reference count fell to 0 after $((i / 5)).$((i % 5 * 2)) s"
 	fi
-	if bounded 120 rmmod riser; then
+	if bounded 120 "${cmd[@]}" && [ ! -d /sys/module/riser ]; then
 		# tests/run-guest: a known LIO report after this line found riser
 		# gone, so the lock debugging it turned off watched nothing of riser.
 		echo "riser-harness: riser unloaded" >/dev/kmsg

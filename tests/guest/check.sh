@@ -12,7 +12,7 @@ KO=$RISER_TOP/riser.ko
 T=/sys/class/iscsi_transport/iser
 
 # 37 checks in line, 3 for each of the 5 refused parameters, 3 beside ib_iser.
-plan 70
+plan 72
 
 check "soft-RoCE device rxe0 created" setup_rxe
 check "riser's dependencies load" load_deps
@@ -41,8 +41,9 @@ check "parameter modes as ib_iser's (max_sectors, debug_level writable)" bash -c
 	[ \$(stat -c %a $P/pi_enable) = 444 ]"
 dmesg_mark
 expect_fail "writing max_sectors=0 at run time is refused" bash -c "echo 0 > $P/max_sectors"
-check "and logged with the bounds" dmesg_has 'module parameter max_sectors=0 is out of range 8..=32768'
-expect_fail "writing debug_level=9 is refused" bash -c "echo 9 > $P/debug_level"
+check "and logged with the bounds (ib_iser's: above 0)" dmesg_has 'module parameter max_sectors=0 is out of range 1..=4294967295'
+check "writing debug_level=9 is taken, as ib_iser takes it" bash -c "
+	echo 9 > $P/debug_level && [ \$(cat $P/debug_level) = 9 ] && echo 0 > $P/debug_level"
 expect_fail "writing a non-number is refused" bash -c "echo lots > $P/max_sectors"
 check "refused writes left the values alone" bash -c "
 	[ \$(cat $P/max_sectors) = 1024 ] && [ \$(cat $P/debug_level) = 0 ]"
@@ -52,14 +53,25 @@ check "writing max_sectors=2048 and debug_level=2 at run time" bash -c "
 check "rmmod riser" bounded 120 rmmod riser
 check "transport gone after unload" test ! -e "$T"
 
-for bad in max_sectors=0 max_sectors=32769 max_lun=0 debug_level=-1 debug_level=5; do
+# What ib_iser refuses too: a max_sectors or max_lun of 0 or beyond an
+# unsigned int, a debug_level beyond an int.
+for bad in max_sectors=0 max_sectors=-1 max_lun=0 max_lun=4294967296 debug_level=2147483648; do
 	dmesg_mark
 	expect_fail "insmod refuses $bad" insmod "$KO" "$bad"
 	check "refusal of $bad is logged with the bounds" dmesg_has "module parameter ${bad%%=*}=.* is out of range"
 	check "no transport left after refused $bad" test ! -e "$T"
 done
 
-check "insmod with in-range parameters" insmod "$KO" max_sectors=8 max_lun=1 debug_level=4 always_register=0
+# What ib_iser takes, riser takes (a modprobe.d line written for ib_iser
+# loads riser), and says at load what it cannot honour.
+dmesg_mark
+check "insmod with values ib_iser takes" insmod "$KO" max_sectors=4 max_lun=100000 debug_level=-3 \
+	always_register=0 pi_enable=1
+load_warnings() {
+	dmesg_has 'riser: max_sectors=4 is outside the 8\.\.=32768 sectors riser sizes a session for: sessions use 8' &&
+		dmesg_has 'riser: pi_enable=Y: riser does not offload T10-PI'
+}
+check "riser said at load what it does not honour (max_sectors=4, pi_enable=Y)" load_warnings
 check "and unload again" bounded 120 rmmod riser
 
 # The C ib_iser holds the name: riser must refuse to load and say why.
@@ -168,7 +180,9 @@ check "logout" iscsi_logout $U $IP
 check "riser counted commands sent without registration" \
 	dmesg_has "riser: connection to $IP:3260: [1-9][0-9]* commands sent with unregistered buffers"
 
-# The largest commands: max_sectors=32768 (16 MiB, ib_iser's ceiling) where
+# The largest commands: max_sectors=65536, which ib_iser takes (it caps it
+# at the device's reach), riser too (it caps it at 32768, 16 MiB, then at
+# the device's reach), where
 # one registration maps them. rxe's map 512 pages, so riser lowers the
 # session's max_sectors to what one maps (4088 or 4096 sectors, with or
 # without the misalignment page), and says so, as ib_iser does; the queue's
@@ -181,7 +195,7 @@ check "riser counted commands sent without registration" \
 # which the block layer feeds from the 16 MiB I/O.
 big_limits() {
 	local n kb
-	n=$(dmesg | sed -n 's/.*riser: max_sectors was reduced from 32768 to \([0-9]*\).*/\1/p' | tail -1)
+	n=$(dmesg | sed -n 's/.*riser: max_sectors was reduced from 65536 to \([0-9]*\).*/\1/p' | tail -1)
 	kb=$(cat "/sys/block/${DEV#/dev/}/queue/max_hw_sectors_kb")
 	echo "max_sectors $n, max_hw_sectors_kb $kb"
 	[ -n "$n" ] && [ "$n" -ge 4088 ] && [ "$n" -lt 32768 ] && [ "$kb" = $((n / 2)) ]
@@ -229,9 +243,13 @@ trace_shows() {
 		}' $TR/trace
 }
 check "rmmod riser (always_register=0)" unload_riser
-check "insmod riser.ko max_sectors=32768" insmod "$KO" max_sectors=32768
+dmesg_mark
+check "insmod riser.ko max_sectors=65536 pi_enable=1 (ib_iser takes both)" insmod "$KO" \
+	max_sectors=65536 pi_enable=1
 check "riser's tracepoints on (tracefs)" trace_on
-check "login (max_sectors=32768)" iscsi_login $U $IP
+check "login (max_sectors=65536)" iscsi_login $U $IP
+check "pi_enable=Y said at the session: it runs without T10-PI" \
+	dmesg_has "riser: pi_enable=Y: the session to $IP:3260 runs without T10-PI"
 DEV=$(iscsi_dev $U 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "one 4k READ and one 4k WRITE" trace_io
 check "the trace shows the way up, the login, the READ's STag and response, the WRITE's immediate data" \
@@ -244,7 +262,7 @@ big_fio() {
 }
 check "fio 16m writes, verified" big_fio
 check "commands above 512 KiB reached the disk" big_requests
-check "logout (max_sectors=32768)" iscsi_logout $U $IP
+check "logout (max_sectors=65536)" iscsi_logout $U $IP
 check "final rmmod riser" unload_riser
 check "iscsid stopped" iscsi_stop
 check "LIO torn down" lio_teardown

@@ -622,7 +622,7 @@ declare -A EXPECT=(
 ALL_FFP="short dsl-long overrun unknown-itt stale-itt inv-other inv-bad bad-version bad-flags ahs bad-opcode data-in r2t reject drop flood-nop ping flood-async silent silent-all late-write late-read late-abort tmf-spoof tmf-dup itt-junk logout-ping logout-unprompted async-logout async-dropconn async-dropall async-negotiate nop-data big-nop big-sense big-rsp inv-nonresp inv-nomr stale-held ff-login"
 ALL_LOGIN="login-long login-dsl login-bad"
 ALL_UNSOL="early-status"
-ALL_CM="cm-rsvd cm-short cm-long"
+ALL_CM="cm-rsvd cm-short cm-long cm-noinv"
 ALL_SMALL="burst-max burst-edge burst-min"
 ALL_REG0="inv-global"
 ALL_HOLD="silent-redo"
@@ -704,6 +704,7 @@ fi
 [ -z "$LOGIN_MODES" ] || N=$((N + 5 + 4 * $(wc -w <<<"$LOGIN_MODES")))
 [ -z "$UNSOL_MODES" ] || N=$((N + 15))
 [ -z "$CM_MODES" ] || N=$((N + 2 + 6 * $(wc -w <<<"$CM_MODES")))
+case " $CM_MODES " in *" cm-noinv "*) N=$((N + 2)) ;; esac
 if [ -n "$SMALL_MODES" ]; then
 	N=$((N + 6))
 	case " $SMALL_MODES " in *" burst-max "*) N=$((N + 15)) ;; esac
@@ -892,6 +893,22 @@ no_session_of() { ! iscsi_session "$1" >/dev/null; }
 # succeed and the disk work; a login that failed would have to fail with
 # riser's reason and leave no session (initial_login_retry_max 0: a retry
 # would get a clean accept and hide it).
+# cm-noinv: the target's CM accept says it will not send with invalidate
+# (the I bit); it answers READs by plain SEND as it said (riser
+# invalidates every key itself), but the trigger READ (block TRIGGER_LBA)
+# by SEND_WITH_INV of its STag. As ib_iser does, riser holds the target to
+# its word: that invalidation fails the connection, the READ is retried on
+# the next connection (whose accept is plain) and returns. 2 checks here.
+cm_noinv_read() {
+	local rc
+	timeout 150 dd if="$DEV" of=/dev/null bs=4k skip=$((TRIGGER_LBA / 8)) count=1 \
+		iflag=direct status=none
+	rc=$?
+	check "cm-noinv: riser refused the invalidation the target's accept ruled out, and failed the connection" \
+		_wait_for 30 dmesg_has "riser: target invalidated rkey 0x[0-9a-f]+ with a SCSI Response for ITT 0x[0-9a-f]+, though Send with Invalidate was not agreed"
+	check "cm-noinv: ... the READ returned once the session was back (status $rc)" \
+		eval '[ "$rc" = 0 ] && dmesg_has "$FAILED: foreign remote invalidation"'
+}
 if [ -n "$CM_MODES" ]; then
 	CM_MODES=$(echo $CM_MODES)
 	IQN=iqn.2026-11.org.riser:evil-cm
@@ -904,6 +921,16 @@ if [ -n "$CM_MODES" ]; then
 		check "$m: login through the spoilt CM header" iscsi_login "$IQN" "$IP"
 		check "$m: the target misbehaved" evil_fired cm "$m"
 		DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+		if [ "$m" = cm-noinv ]; then
+			cm_noinv_read
+			check "$m: session logged in again" _wait_for 120 session_up "$IQN"
+			DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
+			check "$m: fio verifies after the reconnect (4k, reads and writes)" \
+				fio_verify "$DEV" randrw 4k 4 1M
+			check "$m: logout" iscsi_logout "$IQN" "$IP"
+			check "$m: no session left behind" _wait_for 30 no_session_of "$IQN"
+			continue
+		fi
 		check "$m: fio verifies (4k, reads and writes)" fio_verify "$DEV" randrw 4k 4 1M
 		check "$m: the connection survived" no_conn_error
 		check "$m: logout" iscsi_logout "$IQN" "$IP"

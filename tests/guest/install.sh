@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # riser installed the way out-of-tree modules are: `make install` (riser.ko
-# into the kernel's updates/ directory with depmod, and the modprobe.d rule),
-# then open-iscsi used with no insmod: iscsid loads the module "ib_iser" for
-# transport iser, and the rule makes that riser. Discovery, login, fio
-# verify, logout; then `make uninstall`, after which the same request loads
-# the C ib_iser again. Then the same through DKMS: make check has DKMS build
+# into the kernel's updates/ directory with depmod, the modprobe.d rule and
+# the initramfs-tools hook), an initramfs built that carries riser.ko and
+# the rule, then open-iscsi used with no insmod: iscsid loads the module
+# "ib_iser" for transport iser, and the rule makes that riser, with the
+# options an `options ib_iser` line gives. Discovery, login, fio verify,
+# logout, `modprobe -r ib_iser` unloading riser; then `make uninstall`,
+# after which the same request loads the C ib_iser again. Then the same through DKMS: make check has DKMS build
 # riser on the host (scripts/dkms-riser sandbox, into out/dkms); here DKMS
 # installs that build into this kernel's modules, open-iscsi's request loads
 # it, and `dkms remove` takes it away. The guest's /lib/modules and /etc are overlays, so
@@ -22,11 +24,53 @@ KV=$(uname -r)
 KDIR=/lib/modules/$KV/build
 MAKE_IN=(make -C "$RISER_TOP" --no-print-directory KDIR="$KDIR")
 
+HOOK=/etc/initramfs-tools/hooks/riser
 installed() {
-	test -f "/lib/modules/$KV/updates/riser.ko" && test -f /etc/modprobe.d/riser.conf
+	test -f "/lib/modules/$KV/updates/riser.ko" && test -f /etc/modprobe.d/riser.conf &&
+		test -x "$HOOK"
 }
 nothing_installed() {
-	test ! -e "/lib/modules/$KV/updates/riser.ko" && test ! -e /etc/modprobe.d/riser.conf
+	test ! -e "/lib/modules/$KV/updates/riser.ko" && test ! -e /etc/modprobe.d/riser.conf &&
+		test ! -e "$HOOK"
+}
+# initramfs_riser: an initramfs built now for this kernel (as
+# update-initramfs would, with this machine's initramfs-tools setup, but
+# MODULES=list, to keep it short under TCG: about 2 minutes) carries
+# riser.ko, the modprobe rule and iscsistart. open-iscsi's hook adds
+# ib_iser's modules and iscsistart; riser's hook adds riser.ko, and
+# mkinitramfs copies every modprobe.d file. What the guest lacks of a
+# booted system is lent for the build: mkinitramfs reads the kernel's
+# config from /boot/config-RELEASE (the host's /boot has none for this
+# kernel: a tmpfs gets it from the build tree), and the udev hook (which
+# open-iscsi's needs) copies /lib/systemd/systemd-udevd, which the
+# guest's /lib/systemd does not show (a bind mount gives it, as Debian
+# has it, a link to udevadm).
+initramfs_riser() {
+	local conf=/tmp/irfs-conf img=/tmp/initrd-riser.img d=/tmp/irfs-systemd list n
+	if [ ! -e "/boot/config-$KV" ]; then
+		mount -t tmpfs riser-boot /boot && cp "$KDIR/.config" "/boot/config-$KV" || return 1
+	fi
+	if [ ! -e /lib/systemd/systemd-udevd ]; then
+		mkdir -p "$d/network" && ln -sf /bin/udevadm "$d/systemd-udevd" &&
+			mount --bind "$d" /lib/systemd || return 1
+	fi
+	rm -rf "$conf" "$img" && cp -a /etc/initramfs-tools "$conf" || return 1
+	sed -i 's/^MODULES=.*/MODULES=list/' "$conf/initramfs.conf"
+	bounded 400 mkinitramfs -d "$conf" -o "$img" "$KV" >>"$RISER_OUT/guest.log" 2>&1 || {
+		echo "mkinitramfs failed (guest.log)"
+		return 1
+	}
+	list=$(lsinitramfs "$img") || return 1
+	n=$(grep -cE "(lib/modules/$KV/updates/riser\.ko|etc/modprobe\.d/riser\.conf)$" <<<"$list")
+	grep -E "(iscsistart|/ib_iser\.ko|riser)" <<<"$list"
+	[ "$n" = 2 ] && grep -q "sbin/iscsistart$" <<<"$list"
+}
+# options_reached: the `options ib_iser` line written before the load is
+# what riser's parameters say.
+options_reached() {
+	local P=/sys/module/riser/parameters
+	echo "max_sectors $(cat $P/max_sectors), debug_level $(cat $P/debug_level)"
+	[ "$(cat $P/max_sectors)" = 2048 ] && [ "$(cat $P/debug_level)" = 3 ]
 }
 # modprobe_would PATTERN: what `modprobe ib_iser` would do (printed) names
 # PATTERN.
@@ -79,27 +123,35 @@ dkms_removed() {
 
 dmesg_live
 
-plan 32
+plan 36
 
 check "soft-RoCE device rxe0 created" setup_rxe "$IP"
 check "make install (KDIR=$KDIR)" "${MAKE_IN[@]}" install
 check "installed: updates/riser.ko and /etc/modprobe.d/riser.conf" installed
 check "modinfo finds riser in updates/" modinfo_path "/updates/riser\.ko$"
 check "modprobe ib_iser would load riser" modprobe_would "modprobe --ignore-install riser"
+check "an initramfs built now carries riser.ko, the rule and iscsistart" initramfs_riser
+echo "options ib_iser max_sectors=2048 debug_level=3" >/etc/modprobe.d/ib_iser-options.conf
+dmesg_mark
 check "LIO rd_mcp target with an iSER portal" lio_rd_target "$IQN" "$IP" 16 rxe
 check "iscsid started" iscsi_start
 check "neither riser nor ib_iser is loaded" none_loaded
 check "discovery with -I iser, no insmod: finds $IQN" iscsi_discover_lists "$IP" "$IQN"
 check "open-iscsi's module request loaded riser, not ib_iser" loaded_only riser ib_iser
+check "an 'options ib_iser' line reached riser (max_sectors=2048 debug_level=3)" options_reached
+rm -f /etc/modprobe.d/ib_iser-options.conf
 check "login" iscsi_login "$IQN" "$IP" iser
+check "debug_level=3 prints riser's debug messages (the target's CM header at connect)" \
+	dmesg_has "riser: target CM header: "
+
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
 check "the SCSI host is iscsi_iser" iscsi_host_is_iscsi_iser "$IQN"
 check "fio randwrite 4k QD8 verify crc32c" fio_verify "$DEV" randwrite 4k 8 1M
 check "logout" iscsi_logout "$IQN" "$IP"
-check "rmmod riser" unload_riser
+check "modprobe -r ib_iser unloads riser (the rule's remove line)" unload_riser 60 modprobe -r ib_iser
 check "make uninstall" "${MAKE_IN[@]}" uninstall
-check "nothing of riser left in updates/ or modprobe.d" nothing_installed
+check "nothing of riser left in updates/, modprobe.d or initramfs-tools' hooks" nothing_installed
 check "modprobe ib_iser would load ib_iser itself" modprobe_would "insmod .*/ib_iser\.ko"
 check "discovery with -I iser: open-iscsi's module request now loads ib_iser" \
 	discovery_loads_ib_iser
@@ -107,7 +159,10 @@ check "rmmod ib_iser" bounded 120 rmmod ib_iser
 check "DKMS: installs the riser it built on the host into $KV's modules" dkms_install
 check "DKMS: dkms status says installed; modinfo finds updates/dkms/riser.ko" dkms_installed
 check "DKMS: discovery with -I iser, no insmod: open-iscsi's request loads riser" discovery_loads_riser
+dmesg_mark
 check "DKMS: login" iscsi_login "$IQN" "$IP" iser
+check "DKMS: debug_level=0 (riser loaded with no options) prints none" \
+	dmesg_lacks "riser: target CM header: "
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "DKMS: fio randwrite 4k QD8 verify crc32c ($DEV)" fio_verify "$DEV" randwrite 4k 8 1M
 check "DKMS: logout" iscsi_logout "$IQN" "$IP"

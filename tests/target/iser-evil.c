@@ -49,7 +49,10 @@
  * "evil: foreign data in Data-Out ..." would be other memory of the host.
  *
  * Modes of their own phases: cm-rsvd, cm-short and cm-long spoil the iSER
- * CM header in the accept of the next connection (cm_garbage). With -u,
+ * CM header in the accept of the next connection (cm_garbage); cm-noinv
+ * says in it that the target will not send with invalidate (the I bit),
+ * answers READs by plain SEND as it said, but the trigger READ (block LBA
+ * of -l, no priming) by SEND_WITH_INV of its STag. With -u,
  * burst-max and burst-min fire at the next login's operational stage: from
  * then on FirstBurstLength and MaxBurstLength are answered with at most
  * 2^24 - 1 or 512 ("evil: login: KEY offered N, answered M"). inv-global
@@ -710,7 +713,7 @@ struct misbehaviour {
 	const char *name;
 	enum phase phase;
 	enum trigger trigger;
-	void (*accept)(const struct misbehaviour *m, struct rdma_conn_param *cp);
+	void (*accept)(const struct misbehaviour *m, struct conn *c, struct rdma_conn_param *cp);
 	void (*login)(const struct misbehaviour *m, struct conn *c, struct login_ans *a);
 	/* takes the trigger READ over; false: serve it as well */
 	bool (*read)(const struct misbehaviour *m, struct conn *c, const struct cmd *k);
@@ -1970,12 +1973,48 @@ static const struct aftermath burst_after = {
 /* reserved bytes), beside Z; cm-short: two bytes, a header cut short   */
 /* (the CM pads it with zeros); cm-long: the most private data a REP    */
 /* carries, 196 bytes (the CM refuses more, on the target's side), a    */
-/* valid header and 192 bytes of garbage.                               */
+/* valid header and 192 bytes of garbage. cm-noinv: a valid header     */
+/* with Z and I, the target saying it will not send with invalidate;   */
+/* it then does, for the trigger READ (noinv_read).                     */
 
-enum { CM_RSVD, CM_SHORT, CM_LONG };
+enum { CM_RSVD, CM_SHORT, CM_LONG, CM_NOINV };
 #define CM_REP_MAX 196
 
-static void cm_garbage(const struct misbehaviour *m, struct rdma_conn_param *cp)
+/*
+ * cm-noinv's connection: the one whose accept said "no Send with
+ * Invalidate". Its READs are answered by plain SEND (as the target said),
+ * but for the trigger READ (block LBA of -l), answered by SEND_WITH_INV
+ * of its STag all the same.
+ */
+static struct conn *noinv_conn;
+
+static bool noinv_read(struct conn *c, const struct cmd *k)
+{
+	if (c != noinv_conn || fire_lba < 0 || (long long)k->lba != fire_lba || !k->rstag)
+		return false;
+	if (push_data(c, k, k->off))
+		return true;
+	c->inv_ok = true;
+	send_rsp(c, k->itt, 0, 0, 0, 0, true, k->rstag);
+	c->inv_ok = false;
+	printf("evil: cm-noinv: READ itt 0x%08x answered by SEND_WITH_INV of its STag 0x%08x, though the accept refused Send with Invalidate\n",
+	       k->itt, k->rstag);
+	fflush(stdout);
+	return true;
+}
+
+static void noinv_conn_end(struct conn *c)
+{
+	if (c == noinv_conn)
+		noinv_conn = NULL;
+}
+
+static const struct aftermath noinv_after = {
+	.conn_end = noinv_conn_end,
+	.read = noinv_read,
+};
+
+static void cm_garbage(const struct misbehaviour *m, struct conn *c, struct rdma_conn_param *cp)
 {
 	static uint8_t g[CM_REP_MAX];
 
@@ -1984,6 +2023,12 @@ static void cm_garbage(const struct misbehaviour *m, struct rdma_conn_param *cp)
 		g[0] = 0xbf;	/* Z, not I, every reserved bit */
 		memset(g + 1, 0xff, 3);
 		cp->private_data_len = 4;
+	} else if (m->arg == CM_NOINV) {
+		/* Z and I: "I will not send with invalidate". It will, once. */
+		g[0] = 0xc0;
+		cp->private_data_len = 4;
+		c->inv_ok = false;
+		noinv_conn = c;
 	} else if (m->arg == CM_SHORT) {
 		g[0] = 0x80;
 		g[1] = 0x5a;
@@ -2365,6 +2410,8 @@ static const struct misbehaviour modes_table[] = {
 	  .arg = CM_SHORT },
 	{ .name = "cm-long", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
 	  .arg = CM_LONG },
+	{ .name = "cm-noinv", .phase = PH_CM, .trigger = TR_ACCEPT, .accept = cm_garbage,
+	  .arg = CM_NOINV, .after = { &noinv_after } },
 	{ .name = "burst-max", .phase = PH_LOGIN, .trigger = TR_LOGIN_OP, .login = burst_login,
 	  .arg = BURST_MAX, .after = { &burst_after } },
 	{ .name = "burst-min", .phase = PH_LOGIN, .trigger = TR_LOGIN_OP, .login = burst_login,
@@ -2417,7 +2464,7 @@ static const struct misbehaviour modes_table[] = {
  * aftermath of the table must be here (main checks).
  */
 static const struct aftermath *const afters[] = {
-	&early_rsp_after, &early_after, &late_after, &stale_held_after, &silent_after, &inv_nomr_after,
+	&early_rsp_after, &noinv_after, &early_after, &late_after, &stale_held_after, &silent_after, &inv_nomr_after,
 	&redo_after, &retry_after, &lost_write_after, &inv_other_after, &nop_data_after,
 	&ping_after, &tmf_wait_after, &hangup_after, &burst_after,
 };
@@ -3086,7 +3133,7 @@ static struct conn *conn_new(struct rdma_cm_event *ev)
 	cp.private_data = hello;
 	cp.private_data_len = sizeof(hello);
 	if (mode->trigger == TR_ACCEPT)
-		mode->accept(mode, &cp);
+		mode->accept(mode, c, &cp);
 	cp.responder_resources = req->initiator_depth;
 	cp.initiator_depth = req->responder_resources < da.max_qp_init_rd_atom ?
 			     req->responder_resources : da.max_qp_init_rd_atom;
