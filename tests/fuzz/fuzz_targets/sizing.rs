@@ -29,9 +29,9 @@ use proto::sizing::{
 
 /// The bounds `check_param`'s documentation gives.
 const DOCUMENTED: [(&str, i64, i64); 5] = [
-    ("max_sectors", 8, 32768),
-    ("max_lun", 1, 65536),
-    ("debug_level", 0, 4),
+    ("max_sectors", 1, 0xffff_ffff),
+    ("max_lun", 1, 0xffff_ffff),
+    ("debug_level", -0x8000_0000, 0x7fff_ffff),
     ("always_register", 0, 1),
     ("pi_enable", 0, 1),
 ];
@@ -42,12 +42,17 @@ const MAX_CMDS: u32 = u16::MAX as u32;
 fn check_params(input: &mut Input<'_>) {
     let sel = usize::from(input.u8());
     let value = input.u64() as i64;
+    let name = DOCUMENTED.get(sel % 8).map_or("no_such_param", |d| d.0);
+    let (min, max) = DOCUMENTED
+        .iter()
+        .find(|d| d.0 == name)
+        .map_or((0, 0), |d| (d.1, d.2));
     let value = match sel >> 4 {
         // Mostly values near the bounds, sometimes anything.
-        0..=11 => value % 70000,
+        0..=5 => min + value % 4,
+        6..=11 => max + value % 4,
         _ => value,
     };
-    let name = DOCUMENTED.get(sel % 8).map_or("no_such_param", |d| d.0);
     let res = check_param(name, value);
     match DOCUMENTED.iter().find(|d| d.0 == name) {
         Some(&(_, min, max)) => {
@@ -183,10 +188,15 @@ fuzz_target!(|data: &[u8]| {
         Ok(p) => {
             assert!(u32::from(p.sg_tablesize()) <= MAX_SG_PAGES);
             assert_eq!(u32::from(p.sg_tablesize()), sg_tablesize(p.max_sectors));
+            // Sessions use the value given within a page and 16 MiB.
+            assert_eq!(p.max_sectors_given, raw_sectors);
+            assert_eq!(p.max_sectors, raw_sectors.clamp(8, 32768));
+            assert_eq!(p.max_sectors_adjusted(), !(8..=32768).contains(&raw_sectors));
             p
         }
         Err(_) => Params {
             max_sectors: raw_sectors,
+            max_sectors_given: raw_sectors,
             max_lun,
             debug_level,
             always_register: flags & 1 != 0,
