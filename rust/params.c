@@ -60,11 +60,11 @@ static const struct kernel_param_ops riser_int_ops = {
 
 module_param_cb(max_sectors, &riser_uint_ops, &max_sectors, 0644);
 MODULE_PARM_DESC(max_sectors,
-		 "Max number of sectors in a single scsi command, 8..32768 (default:1024)");
+		 "Max number of sectors in a single scsi command, above 0; sessions use 8..32768 (default:1024)");
 module_param_cb(max_lun, &riser_uint_ops, &max_lun, 0444);
-MODULE_PARM_DESC(max_lun, "Max LUNs to allow per session, 1..65536 (default:512)");
+MODULE_PARM_DESC(max_lun, "Max LUNs to allow per session, above 0 (default:512)");
 module_param_cb(debug_level, &riser_int_ops, &debug_level, 0644);
-MODULE_PARM_DESC(debug_level, "Enable debug tracing if > 0, 0..4 (default:disabled)");
+MODULE_PARM_DESC(debug_level, "Enable debug tracing if > 2 (default:disabled)");
 module_param(always_register, bool, 0444);
 MODULE_PARM_DESC(always_register,
 		 "Always register memory, even for continuous memory regions (default:true)");

@@ -736,6 +736,9 @@ impl CmHandler for IserConn {
                 // connection) and free its RDMA resources now, CM id
                 // included. Later calls from libiscsi find nothing.
                 let was_up = matches!(st.phase, Phase::Up);
+                // Nobody is left to close: a release waiting for the
+                // target after a logout goes on.
+                st.peer_closed = true;
                 let to = if st.phase.connecting() || matches!(st.phase, Phase::Failed) {
                     Phase::Failed
                 } else {
