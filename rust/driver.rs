@@ -85,7 +85,10 @@ use kernel::sync::atomic::Relaxed;
 use kernel::{
     alloc::KVec,
     prelude::*,
-    sync::Arc, //
+    sync::{
+        Arc,
+        ArcBorrow, //
+    },
 };
 use send::TaskBufs;
 
@@ -428,7 +431,7 @@ impl TransportOps for Iser {
         Ok(())
     }
 
-    fn xmit_task(ep: &IserConn, task: &mut XmitTask<'_, Self>) -> Result {
+    fn xmit_task(ep: ArcBorrow<'_, IserConn>, task: &mut XmitTask<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
             return send::control(&res, task);
@@ -441,7 +444,16 @@ impl TransportOps for Iser {
         // cleaned up) on another CPU.
         let len = task.data_len();
         let dir = task.direction();
-        let (unregistered, broken) = send::command(&res, task, dir, len).inspect_err(|e| {
+        let sent = send::command(&res, task, dir, len);
+        // A TMF Response held while this command's word was being posted
+        // may be free to go now that the post has returned (`posted` or
+        // `not_posted` may have ended the word): libiscsi's session locks
+        // are held here, so it goes from a workqueue. Read after those
+        // events' fully ordered exchanges (see `Cmds::events_done`).
+        if res.cmds.tmf_waits() {
+            IserConn::deliver_held_later(ep);
+        }
+        let (unregistered, broken) = sent.inspect_err(|e| {
             if *e == EAGAIN || *e == ENOMEM {
                 ep.counters.sq_full.add(1, Relaxed);
             }
@@ -673,6 +685,44 @@ mod tests {
         w2 = slot::data_out_done(w2).map_err(|_| EINVAL)?.word;
         assert!(!memory::keeps_tmf(Scope::Lun(lun), words(w2)));
         assert!(memory::keeps_tmf(Scope::All, words(w2)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_tmf_response_held_by_a_post_in_flight_goes_when_the_post_returns() -> Result {
+        use crate::proto::slot::{
+            self,
+            Key,
+            Post,
+            Word, //
+        };
+        let lun = [0, 1, 0, 0, 0, 0, 0, 0];
+        // A READ with its data inline and an unsignaled SEND: once posted
+        // and ended, nothing of it is left to wait for.
+        let read = Post {
+            itt: 0x22,
+            send: false,
+            data_outs: 0,
+            key: Key::None,
+            hold: true,
+        };
+        // The word is published; the target answers the TMF (aborting the
+        // command) before the post has returned.
+        let w = slot::post(Word::default(), &read).map_err(|_| EINVAL)?.word;
+        let w = slot::abort(w).word;
+        assert!(memory::keeps_tmf(Scope::Task(0x22), [(w, lun)].into_iter()));
+        // The post returns: that event ends the command, and the response
+        // must go now (xmit_task hands it to the held-response work), as no
+        // completion will come for this word.
+        let step = slot::posted(w).map_err(|_| EINVAL)?;
+        assert!(!memory::keeps_tmf(
+            Scope::Task(0x22),
+            [(step.word, lun)].into_iter()
+        ));
+        assert!(!memory::keeps_tmf(
+            Scope::Lun(lun),
+            [(step.word, lun)].into_iter()
+        ));
         Ok(())
     }
 

@@ -126,7 +126,7 @@ pub(crate) use transport::{
 
 use core::net::SocketAddr;
 use kernel::sync::aref::ARef;
-use kernel::sync::Arc;
+use kernel::sync::{Arc, ArcBorrow};
 
 /// A PDU to send in place of the one iscsid built.
 pub(crate) struct PduRewrite {
@@ -272,8 +272,9 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// libiscsi sends `task` (atomic context, under the session's
     /// `frwd_lock`, as `init_task`). Only here is a task an [`XmitTask`],
     /// whose data buffer and unsolicited Data-Out sequence are the
-    /// sender's.
-    fn xmit_task(_ep: &Self::Ep, _task: &mut XmitTask<'_, Self>) -> Result {
+    /// sender's. The endpoint comes borrowed from its `Arc`, which the
+    /// driver may clone (to hand work to a queue).
+    fn xmit_task(_ep: ArcBorrow<'_, Self::Ep>, _task: &mut XmitTask<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }
 }

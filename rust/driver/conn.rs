@@ -72,12 +72,13 @@ use kernel::sync::atomic::{
 };
 use kernel::{
     alloc::KBox,
-    new_condvar, new_mutex,
+    impl_has_work, new_condvar, new_mutex, new_work,
     prelude::*,
     revocable::Revocable,
     sync::{
         rcu,
         Arc,
+        ArcBorrow,
         Completion,
         CondVar,
         CondVarTimeoutResult,
@@ -90,6 +91,10 @@ use kernel::{
         Delta,
         Instant,
         Monotonic, //
+    },
+    workqueue::{
+        Work,
+        WorkItem, //
     },
 };
 
@@ -205,6 +210,26 @@ pub(crate) struct IserConn {
     pub(super) async_count: Atomic<u32>,
     /// What the connection counts (its resources count into it too).
     pub(super) counters: Arc<Counters>,
+    /// Hands a held TMF Response to libiscsi from a workqueue, for a path
+    /// that released it where libiscsi cannot take one (`xmit_task`).
+    #[pin]
+    held_work: Work<IserConn>,
+}
+
+impl_has_work! {
+    impl HasWork<IserConn> for IserConn { self.held_work }
+}
+
+impl WorkItem for IserConn {
+    type Pointer = Arc<IserConn>;
+
+    fn run(this: Arc<IserConn>) {
+        // Gone with the resources: the teardown answers libiscsi's TMF.
+        let held = this.res().and_then(|r| r.cmds.events_done());
+        if let Some(bhs) = held {
+            super::recv::deliver_held(&this, bhs);
+        }
+    }
 }
 
 impl IserConn {
@@ -238,6 +263,7 @@ impl IserConn {
                 async_window: Atomic::new(0),
                 async_count: Atomic::new(0),
                 counters,
+                held_work <- new_work!("riser_held_tmf"),
             }),
             GFP_KERNEL,
         )?;
@@ -646,6 +672,15 @@ impl IserConn {
         self.async_window.store(w.start_ms, Relaxed);
         self.async_count.store(w.count, Relaxed);
         ok
+    }
+
+    /// Delivers a held TMF Response the caller's events may have released,
+    /// from riser's release queue: for paths under libiscsi's session
+    /// locks, where it cannot be handed over. Queued once at a time; a
+    /// response still held when the work runs goes with the event that
+    /// releases it.
+    pub(super) fn deliver_held_later(ep: ArcBorrow<'_, Self>) {
+        let _ = super::RELEASES.enqueue(ep.into());
     }
 
     /// The connection failed, seen from a path that may hold libiscsi's

@@ -728,6 +728,13 @@ impl Cmds {
         }
     }
 
+    /// Whether a TMF Response is held (a hint, read like
+    /// [`Cmds::events_done`] reads it: after the caller's events).
+    #[inline]
+    pub(super) fn tmf_waits(&self) -> bool {
+        self.tmf_held.load(Relaxed)
+    }
+
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.

@@ -18,8 +18,12 @@ use kernel::{
     alloc::KBox,
     impl_has_work, new_work,
     prelude::*,
-    sync::rcu,
+    sync::{
+        rcu,
+        Arc, //
+    },
     workqueue::{
+        HasWork,
         Queue,
         Work,
         WorkItem, //
@@ -99,6 +103,29 @@ impl ModQueue {
         queue.enqueue(job);
         drop(guard);
         Ok(())
+    }
+
+    /// Queues `item`'s own work on the workqueue, without allocating (any
+    /// context). Hands `item` back if there is no queue (not made yet, or
+    /// being destroyed) or its work is queued already: that queued run is
+    /// still to come.
+    pub(crate) fn enqueue<T>(&self, item: Arc<T>) -> Result<(), Arc<T>>
+    where
+        T: WorkItem<Pointer = Arc<T>> + HasWork<T> + Send + Sync + 'static,
+    {
+        let guard = rcu::read_lock();
+        let q = self.queue.load(Ordering::Acquire);
+        if q.is_null() {
+            drop(guard);
+            return Err(item);
+        }
+        // SAFETY: A non-null queue loaded inside a read section is not
+        // destroyed before the section ends (type invariant), and the
+        // borrow ends within it.
+        let queue = unsafe { Queue::from_raw(q.cast()) };
+        let r = queue.enqueue(item);
+        drop(guard);
+        r
     }
 }
 
@@ -182,5 +209,53 @@ mod tests {
             Err(f) => f(),
         }
         assert_eq!(RAN.load(Ordering::Acquire), start + 108);
+    }
+
+    static ITEM_PLACE: ModQueue = ModQueue::new();
+
+    /// A work item that counts its runs, the first one slowly.
+    #[pin_data]
+    struct Item {
+        #[pin]
+        work: Work<Item>,
+        runs: AtomicU32,
+    }
+
+    kernel::impl_has_work! {
+        impl HasWork<Item> for Item { self.work }
+    }
+
+    impl WorkItem for Item {
+        type Pointer = Arc<Item>;
+
+        fn run(this: Arc<Item>) {
+            if this.runs.fetch_add(1, Ordering::AcqRel) == 0 {
+                fsleep(Delta::from_millis(50));
+            }
+        }
+    }
+
+    #[test]
+    fn an_item_queues_once_at_a_time_and_runs_before_the_queue_goes() -> Result {
+        let item = Arc::pin_init(
+            pin_init!(Item {
+                work <- kernel::new_work!("riser_wq_test_item"),
+                runs: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        // No queue: the item comes back.
+        assert!(ITEM_PLACE.enqueue(item.clone()).is_err());
+        let reg = ITEM_PLACE.register(c"riser_wq_item")?;
+        assert!(ITEM_PLACE.enqueue(item.clone()).is_ok());
+        // Queued (or running its slow first run): queued once more at most.
+        let again = ITEM_PLACE.enqueue(item.clone()).is_ok();
+        drop(reg);
+        let runs = item.runs.load(Ordering::Acquire);
+        assert_eq!(runs, if again { 2 } else { 1 });
+        // The queue is gone: the item comes back again.
+        assert!(ITEM_PLACE.enqueue(item.clone()).is_err());
+        assert_eq!(item.runs.load(Ordering::Acquire), runs);
+        Ok(())
     }
 }

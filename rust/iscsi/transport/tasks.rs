@@ -88,7 +88,7 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         let guard = t.get_ref().ok_or(EINVAL)?;
         // As in `init_task_callback`: libiscsi holds the frwd_lock.
         let locked = LockedCallback::enter();
-        let r = T::xmit_task(&ep, &mut t);
+        let r = T::xmit_task(ep, &mut t);
         drop(locked);
         if r.is_ok() && t.reserved_itt() {
             // libiscsi leaves the release of a PDU that expects no response to
