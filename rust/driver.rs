@@ -471,8 +471,8 @@ impl TransportOps for Iser {
         }
         let n = u64::from(len);
         match dir {
-            Direction::Write => ep.counters.tx_octets.add(n, Relaxed),
-            Direction::Read => ep.counters.rx_octets.add(n, Relaxed),
+            Direction::Write => stats::Counters::bump(&ep.counters.tx_octets, n),
+            Direction::Read => stats::Counters::bump(&ep.counters.rx_octets, n),
             _ => {}
         };
         Ok(())

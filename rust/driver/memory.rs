@@ -555,7 +555,7 @@ impl Cmds {
         // returned (the registration may still be ahead of it): the slot's
         // LOCAL_INV ends it then.
         if invalidated.is_some() && !step.word.key_valid() {
-            self.counters.remote_invs.add(1, Relaxed);
+            Counters::bump(&self.counters.remote_invs, 1);
             conn.mr_invalidated(idx);
         }
         let (step, spare) = match step.task_ref {

@@ -112,10 +112,14 @@ pub(super) struct Tx {
     dataouts: DataOutPool,
     /// What each send tag carries.
     tags: TagMap,
-    /// Command SENDs whose PDU went inline: one in `signal_interval` is
-    /// signaled (`proto::sizing::signal_interval`). Counted by
-    /// `xmit_task` on any CPU; only its remainder matters.
-    inline_sends: Atomic<u32>,
+    /// Inline command SENDs left before the next signaled one: one in
+    /// `signal_interval` is signaled (`proto::sizing::signal_interval`).
+    /// Counted down by `xmit_task`, which libiscsi runs under the
+    /// session's `frwd_lock` (one connection per session): one writer at a
+    /// time, so a plain load and store. (Were it not so, a SEND would only
+    /// be signaled a little early or late: the send queue's sizing leaves
+    /// room for that, and nothing else depends on it.)
+    inline_left: Atomic<u32>,
     /// Non-zero by type: the remainder by it has no panic path.
     signal_interval: NonZeroU32,
 }
@@ -168,7 +172,7 @@ impl Tx {
             task: SetOnce::default(),
             dataouts: DataOutPool::new(tags.dataouts)?,
             tags,
-            inline_sends: Atomic::new(0),
+            inline_left: Atomic::new(0),
             signal_interval: NonZeroU32::new(signal_interval).unwrap_or(NonZeroU32::MIN),
         })
     }
@@ -483,10 +487,17 @@ fn how_sent<'a>(
     data: Option<&'a Sge<'a>>,
 ) -> CmdSend<'a> {
     if plan.inline {
-        let n = res.tx.inline_sends.fetch_add(1, Relaxed);
+        let left = res.tx.inline_left.load(Relaxed);
+        let signaled = left == 0;
+        let next = if signaled {
+            res.tx.signal_interval.get() - 1
+        } else {
+            left - 1
+        };
+        res.tx.inline_left.store(next, Relaxed);
         CmdSend::Inline {
             bytes: hdrs,
-            signaled: n % res.tx.signal_interval == 0,
+            signaled,
         }
     } else {
         CmdSend::Buffered { hdr: hdrs, data }

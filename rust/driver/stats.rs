@@ -18,7 +18,9 @@ use kernel::sync::atomic::{
 /// statistics, and what its end logs. One set, shared by the connection
 /// and its resources (which count the invalidations), so that it outlives
 /// their revocation. Each is counted by one path, with relaxed
-/// increments: they are statistics, read while they move.
+/// increments: they are statistics, read while they move. Those the
+/// command path counts per I/O, each with one writer at a time, go up by
+/// a plain load and store ([`Counters::bump`]): no locked instruction.
 pub(crate) struct Counters {
     /// Completions flushed by the QP's teardown (receive and send).
     /// Completion handlers (softirq).
@@ -42,12 +44,13 @@ pub(crate) struct Counters {
     /// `xmit_task`.
     pub(super) unreg_cmds: Atomic<u64>,
     /// Registrations the target invalidated with its response. The
-    /// receive path.
+    /// receive path ([`Counters::bump`]).
     pub(super) remote_invs: Atomic<u64>,
     /// Registrations riser invalidated itself (LOCAL_INV) before
     /// completing their command. The receive and send paths.
     pub(super) local_invs: Atomic<u64>,
-    /// SCSI data octets written and read. `xmit_task`.
+    /// SCSI data octets written and read. `xmit_task`
+    /// ([`Counters::bump`]).
     pub(super) tx_octets: Atomic<u64>,
     pub(super) rx_octets: Atomic<u64>,
     /// Text responses received (discovery). The receive path.
@@ -55,6 +58,16 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// Adds `n` to `c`, a counter that one path writes at a time (a
+    /// relaxed load and store, no read-modify-write): `tx_octets` and
+    /// `rx_octets` (`xmit_task`, under the session's `frwd_lock`) and
+    /// `remote_invs` (the receive completions, which the CQ's poll runs
+    /// one at a time). Two writers at once would only lose a count.
+    #[inline]
+    pub(super) fn bump(c: &Atomic<u64>, n: u64) {
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
     /// All zero.
     pub(super) const fn new() -> Self {
         Self {
