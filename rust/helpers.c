@@ -21,127 +21,141 @@
 
 #include "riser_helpers.h"
 
-struct ib_pd *riser_ib_alloc_pd(struct ib_device *device, unsigned int flags)
+/*
+ * Where Kbuild links these into the crate as LLVM bitcode (a kernel with
+ * CONFIG_RUST_INLINE_HELPERS: see Kbuild), each is inlined into its Rust
+ * callers, as the kernel's own helpers are (rust/helpers/helpers.c, which
+ * says why it takes __always_inline: LLVM otherwise refuses to inline C
+ * built with -fno-delete-null-pointer-checks into Rust). Elsewhere they are
+ * plain functions of their own object.
+ */
+#ifdef RISER_HELPERS_BC
+#define __riser_helper __always_inline
+#else
+#define __riser_helper
+#endif
+
+__riser_helper struct ib_pd *riser_ib_alloc_pd(struct ib_device *device, unsigned int flags)
 {
 	return ib_alloc_pd(device, flags);
 }
 
-void riser_ib_dealloc_pd(struct ib_pd *pd)
+__riser_helper void riser_ib_dealloc_pd(struct ib_pd *pd)
 {
 	ib_dealloc_pd(pd);
 }
 
-void *riser_ib_get_client_data(struct ib_device *device, struct ib_client *client)
+__riser_helper void *riser_ib_get_client_data(struct ib_device *device, struct ib_client *client)
 {
 	return ib_get_client_data(device, client);
 }
 
-int riser_ib_dereg_mr(struct ib_mr *mr)
+__riser_helper int riser_ib_dereg_mr(struct ib_mr *mr)
 {
 	return ib_dereg_mr(mr);
 }
 
-struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
+__riser_helper struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 						       struct rdma_cm_event *event),
 					void *context, int ps, int qp_type)
 {
 	return rdma_create_id(&init_net, handler, context, ps, qp_type);
 }
 
-int riser_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+__riser_helper int riser_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
 		       const struct ib_send_wr **bad)
 {
 	return ib_post_send(qp, wr, bad);
 }
 
-int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+__riser_helper int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
 		       const struct ib_recv_wr **bad)
 {
 	return ib_post_recv(qp, wr, bad);
 }
 
-u64 riser_ib_dma_map_single(struct ib_device *dev, void *addr, size_t size, int dir)
+__riser_helper u64 riser_ib_dma_map_single(struct ib_device *dev, void *addr, size_t size, int dir)
 {
 	return ib_dma_map_single(dev, addr, size, dir);
 }
 
-int riser_ib_dma_mapping_error(struct ib_device *dev, u64 addr)
+__riser_helper int riser_ib_dma_mapping_error(struct ib_device *dev, u64 addr)
 {
 	return ib_dma_mapping_error(dev, addr);
 }
 
-void riser_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size, int dir)
+__riser_helper void riser_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size, int dir)
 {
 	ib_dma_unmap_single(dev, addr, size, dir);
 }
 
-void riser_ib_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size, int dir)
+__riser_helper void riser_ib_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size, int dir)
 {
 	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
 }
 
-void riser_ib_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size, int dir)
+__riser_helper void riser_ib_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size, int dir)
 {
 	ib_dma_sync_single_for_device(dev, addr, size, dir);
 }
 
-int riser_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
+__riser_helper int riser_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
 {
 	return ib_dma_map_sg(dev, sg, nents, dir);
 }
 
-void riser_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
+__riser_helper void riser_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir)
 {
 	ib_dma_unmap_sg(dev, sg, nents, dir);
 }
 
-bool riser_ib_device_try_get(struct ib_device *dev)
+__riser_helper bool riser_ib_device_try_get(struct ib_device *dev)
 {
 	return ib_device_try_get(dev);
 }
 
-struct scatterlist *riser_scsi_sglist(struct scsi_cmnd *sc)
+__riser_helper struct scatterlist *riser_scsi_sglist(struct scsi_cmnd *sc)
 {
 	return scsi_sglist(sc);
 }
 
-unsigned int riser_scsi_sg_count(struct scsi_cmnd *sc)
+__riser_helper unsigned int riser_scsi_sg_count(struct scsi_cmnd *sc)
 {
 	return scsi_sg_count(sc);
 }
 
-unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc)
+__riser_helper unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc)
 {
 	return scsi_bufflen(sc);
 }
 
-struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn)
+__riser_helper struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn)
 {
 	return iscsi_conn_to_session(conn);
 }
 
-struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session)
+__riser_helper struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session)
 {
 	return iscsi_session_to_shost(session);
 }
 
-bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task)
+__riser_helper bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task)
 {
 	return iscsi_task_has_unsol_data(task);
 }
 
-bool riser_iscsi_put_task_not_last(struct iscsi_task *task)
+__riser_helper bool riser_iscsi_put_task_not_last(struct iscsi_task *task)
 {
 	return refcount_dec_not_one(&task->refcount);
 }
 
 /* The session's back_lock, which iscsi_itt_to_ctask() wants held. */
-void riser_iscsi_back_lock(struct iscsi_conn *conn)
+__riser_helper void riser_iscsi_back_lock(struct iscsi_conn *conn)
 {
 	spin_lock(&conn->session->back_lock);
 }
 
-void riser_iscsi_back_unlock(struct iscsi_conn *conn)
+__riser_helper void riser_iscsi_back_unlock(struct iscsi_conn *conn)
 {
 	spin_unlock(&conn->session->back_lock);
 }
@@ -149,46 +163,46 @@ void riser_iscsi_back_unlock(struct iscsi_conn *conn)
 /* How deep this CPU is in transport callbacks run under libiscsi's locks. */
 static DEFINE_PER_CPU(unsigned int, riser_iscsi_locked);
 
-void riser_iscsi_locked_enter(void)
+__riser_helper void riser_iscsi_locked_enter(void)
 {
 	preempt_disable();
 	this_cpu_inc(riser_iscsi_locked);
 }
 
-void riser_iscsi_locked_exit(void)
+__riser_helper void riser_iscsi_locked_exit(void)
 {
 	this_cpu_dec(riser_iscsi_locked);
 	preempt_enable();
 }
 
-bool riser_bh_lock_allowed(void)
+__riser_helper bool riser_bh_lock_allowed(void)
 {
 	return !in_hardirq() && !in_nmi() && !irqs_disabled();
 }
 
-int riser_iscsi_lock_context(void)
+__riser_helper int riser_iscsi_lock_context(void)
 {
 	if (this_cpu_read(riser_iscsi_locked) || !riser_bh_lock_allowed())
 		return -1;
 	return softirq_count() ? 0 : 1;
 }
 
-void riser_local_bh_disable(void)
+__riser_helper void riser_local_bh_disable(void)
 {
 	local_bh_disable();
 }
 
-void riser_local_bh_enable(void)
+__riser_helper void riser_local_bh_enable(void)
 {
 	local_bh_enable();
 }
 
-bool riser_try_module_get(struct module *module)
+__riser_helper bool riser_try_module_get(struct module *module)
 {
 	return try_module_get(module);
 }
 
-void riser_kunit_skip(const char *reason)
+__riser_helper void riser_kunit_skip(const char *reason)
 {
 #if IS_ENABLED(CONFIG_KUNIT)
 	struct kunit *test = kunit_get_current_test();
@@ -198,7 +212,7 @@ void riser_kunit_skip(const char *reason)
 #endif
 }
 
-struct workqueue_struct *riser_alloc_workqueue(const char *name)
+__riser_helper struct workqueue_struct *riser_alloc_workqueue(const char *name)
 {
 	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
 }
