@@ -631,7 +631,18 @@ impl kernel::InPlaceModule for Riser {
 #[kunit_tests(riser_driver)]
 mod tests {
     use super::*;
-    use crate::proto::tmf::Scope;
+    use crate::proto::{
+        slot::{
+            self,
+            Key,
+            Post,
+            Word, //
+        },
+        tmf::Scope,
+    };
+
+    /// LUN 1, as the TMF cases address it.
+    const LUN: [u8; 8] = [0, 1, 0, 0, 0, 0, 0, 0];
 
     #[test]
     fn transport_identity_matches_ib_iser() {
@@ -644,13 +655,7 @@ mod tests {
 
     #[test]
     fn a_held_tmf_response_waits_for_the_sends_of_the_commands_it_ended() -> Result {
-        use crate::proto::slot::{
-            self,
-            Key,
-            Post,
-            Word, //
-        };
-        let lun = [0, 1, 0, 0, 0, 0, 0, 0];
+        let lun = LUN;
         let other = [0, 2, 0, 0, 0, 0, 0, 0];
         let write = |itt, data_outs| Post {
             itt,
@@ -690,13 +695,7 @@ mod tests {
 
     #[test]
     fn a_tmf_response_held_by_a_post_in_flight_goes_when_the_post_returns() -> Result {
-        use crate::proto::slot::{
-            self,
-            Key,
-            Post,
-            Word, //
-        };
-        let lun = [0, 1, 0, 0, 0, 0, 0, 0];
+        let lun = LUN;
         // A READ with its data inline and an unsignaled SEND: once posted
         // and ended, nothing of it is left to wait for.
         let read = Post {

@@ -120,7 +120,7 @@ pub(super) struct Tx {
     /// be signaled a little early or late: the send queue's sizing leaves
     /// room for that, and nothing else depends on it.)
     inline_left: Atomic<u32>,
-    /// Non-zero by type: the remainder by it has no panic path.
+    /// Non-zero by type: the countdown's `get() - 1` cannot underflow.
     signal_interval: NonZeroU32,
 }
 
