@@ -497,7 +497,7 @@ impl TransportOps for Iser {
 fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
     let (pd, pages, dev) = {
         let res = ep.res().ok_or(ENOTCONN)?;
-        if !res.tx.cmd_headers().is_empty() {
+        if res.tx.has_task_bufs() {
             return Ok(());
         }
         let (most, pages) = res.conn.cmd_slot_caps();
@@ -515,8 +515,9 @@ fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
         Err(e) => return Err(e),
     }
     res.conn.install_cmd_slots(made)?;
-    for (i, h) in (0..tasks).zip(res.tx.cmd_headers().iter()) {
-        res.conn.give_cmd_header(i, h.clone())?;
+    for i in 0..tasks {
+        let h = res.tx.cmd_header(i).ok_or(EINVAL)?;
+        res.conn.give_cmd_header(i, h.share())?;
     }
     Ok(())
 }

@@ -60,9 +60,11 @@ use crate::{
     rdma::{
         conn::{
             Access,
+            BufRef,
             CmdPost,
             CmdSend,
             DmaBuf,
+            DmaBufs,
             Registration,
             SendDone,
             SendOp,
@@ -85,7 +87,6 @@ use kernel::sync::atomic::{
     Release, //
 };
 use kernel::{
-    alloc::KVec,
     dma::DataDirection,
     prelude::*,
     sync::{
@@ -103,7 +104,7 @@ const HEADER_ALIGN: usize = 64;
 pub(super) struct Tx {
     /// Buffers of control PDUs that carry data (login, text, NOP-Out with
     /// ping data), sent on tags `0..CTRL_TX`.
-    ctrl_tx: KVec<Arc<DmaBuf>>,
+    ctrl_tx: Arc<DmaBufs>,
     /// The buffers of the session's tasks, made at bind
     /// ([`Tx::give_task_bufs`]).
     task: SetOnce<TaskBufs>,
@@ -129,8 +130,8 @@ pub(super) struct Tx {
 /// `DATAOUT_SLOTS_PER_CMD` per task slot for unsolicited Data-Outs. Made
 /// at bind, in process context, outside any read-side section.
 pub(super) struct TaskBufs {
-    hdrs: KVec<Arc<DmaBuf>>,
-    dataout: KVec<Arc<DmaBuf>>,
+    hdrs: Arc<DmaBufs>,
+    dataout: Arc<DmaBufs>,
 }
 
 impl TaskBufs {
@@ -192,13 +193,19 @@ impl Tx {
         Ok(())
     }
 
-    /// The task slots' header buffers, by slot (none before bind).
-    pub(super) fn cmd_headers(&self) -> &[Arc<DmaBuf>] {
-        self.task.as_ref().map_or(&[], |t| &t.hdrs)
+    /// Whether the task slots' buffers were given (at bind).
+    pub(super) fn has_task_bufs(&self) -> bool {
+        self.task.as_ref().is_some()
+    }
+
+    /// Task slot `idx`'s header buffer (`None` before bind or beyond the
+    /// slots).
+    pub(super) fn cmd_header(&self, idx: u32) -> Option<BufRef<'_>> {
+        self.task.as_ref()?.hdrs.get(usize::from_safe_cast(idx))
     }
 
     /// Data-Out header `h` (`None` before bind or beyond the pool).
-    fn dataout(&self, h: u32) -> Option<&Arc<DmaBuf>> {
+    fn dataout(&self, h: u32) -> Option<BufRef<'_>> {
         self.task.as_ref()?.dataout.get(usize::from_safe_cast(h))
     }
 
@@ -241,7 +248,7 @@ fn control_buffer<'a>(
     t: &Track,
     idx: u32,
     data_len: usize,
-) -> Result<(u32, &'a Arc<DmaBuf>)> {
+) -> Result<(u32, BufRef<'a>)> {
     if data_len > LOGIN_DATA {
         return Err(EINVAL);
     }
@@ -253,18 +260,16 @@ fn control_buffer<'a>(
     };
     let own = res.tx.tags.tag(SendTag::Slot(idx));
     if data_len == 0 && free(own) {
-        return Ok((
-            own,
-            res.tx
-                .cmd_headers()
-                .get(usize::from_safe_cast(idx))
-                .ok_or(EINVAL)?,
-        ));
+        return Ok((own, res.tx.cmd_header(idx).ok_or(EINVAL)?));
     }
-    (0..CTRL_TX)
-        .zip(res.tx.ctrl_tx.iter())
-        .find(|(tag, _)| free(*tag))
-        .ok_or(EBUSY)
+    let tag = (0..CTRL_TX).find(|tag| free(*tag)).ok_or(EBUSY)?;
+    Ok((
+        tag,
+        res.tx
+            .ctrl_tx
+            .get(usize::from_safe_cast(tag))
+            .ok_or(EINVAL)?,
+    ))
 }
 
 fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {

@@ -60,7 +60,9 @@ pub(crate) use cmd::{
     CmdSend, //
 };
 pub(crate) use dma::{
+    BufRef,
     DmaBuf,
+    DmaBufs,
     DmaSg, //
 };
 use mr::MrClaim;
@@ -591,7 +593,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     return Err(EINVAL);
                 }
                 // The tag keeps only `keep` alive until the completion.
-                let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(&**k, b));
+                let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(k.buf, b));
                 // Memory this device may read, and nothing else.
                 let dev = self.pd.device_ptr();
                 if !list

@@ -173,15 +173,35 @@ _fio_all() {
 }
 
 # logout_all: every session at once (LOGOUT_CS: the time it took); none is
-# left.
+# left. With RISER_SCALE_PROFILE=1 (not a check) perf samples every CPU
+# through it, call graphs included (round N's: read into
+# $RISER_OUT/perf-logout-N-NAME.txt by profile_save while the modules are
+# loaded), and scsi_transport_iscsi logs each step of each connection and
+# session.
+PERF_DATA=/tmp/perf-logout.data
 logout_all() {
-	local t0 t1 rc
+	local t0 t1 rc perf=() p
+	if [ "${RISER_SCALE_PROFILE:-0}" = 1 ] && command -v perf >/dev/null; then
+		# Recorded into the guest's own file system (perf cannot finish
+		# its file on the shared one).
+		perf=(perf record -q -a -g -e cpu-clock -F 499 -o "$PERF_DATA" --)
+		for p in debug_conn debug_session; do
+			echo 1 >/sys/module/scsi_transport_iscsi/parameters/$p
+		done
+		echo "riser-harness: logout of all begins" >/dev/kmsg
+	fi
 	uptime_now
 	t0=${UPTIME/./}
-	bounded 600 iscsiadm -m node --logoutall=all
+	bounded 600 "${perf[@]}" iscsiadm -m node --logoutall=all
 	rc=$?
 	uptime_now
 	t1=${UPTIME/./}
+	if [ ${#perf[@]} -gt 0 ]; then
+		echo "riser-harness: logout of all ends" >/dev/kmsg
+		for p in debug_conn debug_session; do
+			echo 0 >/sys/module/scsi_transport_iscsi/parameters/$p
+		done
+	fi
 	LOGOUT_CS=$((10#$t1 - 10#$t0))
 	echo "logout of all: $((LOGOUT_CS / 100)).$((LOGOUT_CS % 100 / 10)) s (status $rc)"
 	[ "$rc" = 0 ] || return 1
@@ -249,8 +269,22 @@ trace_save() {
 	return 0
 }
 
+# profile_save NAME: the logout's profile (RISER_SCALE_PROFILE=1) as text,
+# by symbol, self and with callees, while the initiator is loaded.
+profile_save() {
+	local data=$PERF_DATA
+	[ -f "$data" ] || return 0
+	perf report -i "$data" --stdio --no-children --sort sym --percent-limit 0.3 -g none \
+		>"$RISER_OUT/perf-logout-$1.txt" 2>&1
+	perf report -i "$data" --stdio --children --sort sym --percent-limit 1 -g none \
+		>"$RISER_OUT/perf-logout-$1-children.txt" 2>&1
+	rm -f "$data"
+	return 0
+}
+
 round() {
 	local who=$1
+	WHO=$((ROUND + 1))-$who
 	LOGIN_CS=0 LOGOUT_CS=0 MEM_BEFORE=0 MEM_AFTER=0 RECOVERED=0 LOGIN_RETRIES=0
 	check "$who loads" load_initiator "$who"
 	trace_on
@@ -269,6 +303,7 @@ round() {
 	# Before the unload: unloading a module whose events are in the trace
 	# buffer empties the buffer.
 	trace_save "$who"
+	profile_save "$WHO"
 	check "kmemleak: nothing left by the sessions ($who)" no_leak "$who"
 	check "$who unloads" unload_initiator "$who"
 	# The node records go with the round: the next discovery makes them.

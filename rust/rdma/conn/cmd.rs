@@ -10,8 +10,8 @@
 
 use super::{
     dma::{
-        DmaBuf,
-        DmaSg, //
+        DmaSg,
+        SharedBuf, //
     },
     mr::{
         MrClaim,
@@ -50,10 +50,7 @@ use kernel::num::casts::FromSafeCast;
 use kernel::{
     error::to_result,
     prelude::*,
-    sync::{
-        Arc,
-        SetOnce, //
-    },
+    sync::SetOnce, //
 };
 
 /// The work requests of one command slot, linked once: `inv` -> `reg`
@@ -80,7 +77,7 @@ struct Wrs {
 pub(super) struct CmdSlot {
     wrs: UnsafeCell<Wrs>,
     tag: u32,
-    hdr: SetOnce<Arc<DmaBuf>>,
+    hdr: SetOnce<SharedBuf>,
 }
 
 impl CmdSlot {
@@ -127,8 +124,9 @@ impl CmdSlot {
 
     /// Gives the slot its header buffer, once; it must be mapped on `pd`'s
     /// device for the device to read.
-    pub(super) fn give_header(&self, pd: &Pd, buf: Arc<DmaBuf>) -> Result {
-        if buf.dev.raw() != pd.device_ptr() || !sg::device_reads(buf.dir) {
+    pub(super) fn give_header(&self, pd: &Pd, buf: SharedBuf) -> Result {
+        let b = buf.as_buf();
+        if b.dev.raw() != pd.device_ptr() || !sg::device_reads(b.dir) {
             return Err(EINVAL);
         }
         if self.hdr.populate(buf) {
@@ -239,7 +237,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Gives command slot `idx` its header buffer (once), which its
     /// buffered SENDs ([`CmdSend::Buffered`]) are sent from. The buffer
     /// must be mapped on the connection's device for it to read.
-    pub(crate) fn give_cmd_header(&self, idx: u32, buf: Arc<DmaBuf>) -> Result {
+    pub(crate) fn give_cmd_header(&self, idx: u32, buf: SharedBuf) -> Result {
         self.cmd(idx).ok_or(EINVAL)?.give_header(self.pd(), buf)
     }
 }
@@ -341,7 +339,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 *signaled
             }
             CmdSend::Buffered { hdr, data } => {
-                let buf = self.slot.hdr.as_ref().ok_or(EINVAL)?;
+                let buf = self.slot.hdr.as_ref().ok_or(EINVAL)?.as_buf();
                 // The tag is held: the device no longer reads the buffer.
                 buf.write(0, hdr)?;
                 w.sge[0] = bindings::ib_sge {

@@ -151,6 +151,87 @@ unsafe impl Send for DmaBuf {}
 // the other fields are not written after construction.
 unsafe impl Sync for DmaBuf {}
 
+/// Buffers carved together ([`DmaBuf::carve`]) and shared as one set: a
+/// [`BufRef`] borrows one of them, a [`SharedBuf`] or a work request's tag
+/// keeps one by keeping the set. The set never changes once made.
+pub(crate) struct DmaBufs(KVec<DmaBuf>);
+
+impl DmaBufs {
+    /// Buffer `i` of the set, if it has one.
+    #[inline]
+    pub(crate) fn get(self: &Arc<Self>, i: usize) -> Option<BufRef<'_>> {
+        Some(BufRef {
+            set: self,
+            buf: self.0.get(i)?,
+        })
+    }
+
+    /// How many buffers the set has.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// One buffer of a shared set, borrowed with the set, so that a work
+/// request naming it can keep the set (see [`super::SendOp::Send`]).
+#[derive(Clone, Copy)]
+pub(crate) struct BufRef<'a> {
+    pub(super) set: &'a Arc<DmaBufs>,
+    pub(super) buf: &'a DmaBuf,
+}
+
+impl BufRef<'_> {
+    /// An owned handle on the buffer, which keeps its set.
+    pub(crate) fn share(self) -> SharedBuf {
+        // INVARIANT: `buf` is one of the set's buffers, which stay where
+        // they are as long as the set does.
+        SharedBuf {
+            set: self.set.clone(),
+            buf: NonNull::from(self.buf),
+        }
+    }
+}
+
+impl core::ops::Deref for BufRef<'_> {
+    type Target = DmaBuf;
+
+    #[inline]
+    fn deref(&self) -> &DmaBuf {
+        self.buf
+    }
+}
+
+/// One buffer of a shared set, owned: it keeps the set.
+///
+/// # Invariants
+///
+/// `buf` points to one of `set`'s buffers (the set's vector is never
+/// changed after it is made, so the buffer stays where it is while `set`
+/// is held).
+pub(crate) struct SharedBuf {
+    set: Arc<DmaBufs>,
+    buf: NonNull<DmaBuf>,
+}
+
+// SAFETY: A `SharedBuf` is a reference to a `DmaBuf` (`Sync`) with the
+// `Arc` that keeps it: sending it sends those.
+unsafe impl Send for SharedBuf {}
+// SAFETY: As above; shared, it only gives out `&DmaBuf`.
+unsafe impl Sync for SharedBuf {}
+
+impl SharedBuf {
+    /// The buffer, borrowed with its set.
+    #[inline]
+    pub(crate) fn as_buf(&self) -> BufRef<'_> {
+        BufRef {
+            set: &self.set,
+            // SAFETY: `buf` points into `set`, held by `self` (type
+            // invariant).
+            buf: unsafe { self.buf.as_ref() },
+        }
+    }
+}
+
 /// Largest chunk [`DmaBuf::carve`] allocates (an order-4 allocation); a
 /// buffer longer than that has one of its own.
 const CARVE_CHUNK: usize = 64 * 1024;
@@ -187,19 +268,21 @@ impl DmaBuf {
     /// `align` bytes (a power of two) after a chunk's start or more: a few
     /// allocations and mappings instead of one a buffer, and no buffer
     /// rounded up to a power of two. Should a chunk not be had (memory
-    /// fragmented), the rest get one each.
+    /// fragmented), the rest get one each. The buffers are shared as one
+    /// set ([`DmaBufs`]): what keeps one alive keeps the set, so that a
+    /// connection's hundreds of buffers are a few allocations to make and
+    /// to free, not one each.
     pub(crate) fn carve(
         dev: &DeviceRef,
         len: usize,
         n: usize,
         align: usize,
         dir: DataDirection,
-    ) -> Result<KVec<Arc<Self>>> {
-        let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
-        for b in Self::carve_into(dev, len, n, align, dir)? {
-            out.push(Arc::new(b, GFP_KERNEL)?, GFP_KERNEL)?;
-        }
-        Ok(out)
+    ) -> Result<Arc<DmaBufs>> {
+        Ok(Arc::new(
+            DmaBufs(Self::carve_into(dev, len, n, align, dir)?),
+            GFP_KERNEL,
+        )?)
     }
 
     /// As [`DmaBuf::carve`], unshared.

@@ -6,7 +6,9 @@
 
 use super::{
     dma::{
+        BufRef,
         DmaBuf,
+        DmaBufs,
         DmaSg, //
     },
     mr::MrSlot,
@@ -236,13 +238,13 @@ impl Drop for SendDone<'_> {
 ///
 /// # Invariants
 ///
-/// `keep` is null or came from `Arc::<DmaBuf>::into_raw` and is owned by the
-/// tag until taken back.
+/// `keep` is null, dangling (a request that keeps nothing), or came from
+/// `Arc::<DmaBufs>::into_raw` and is owned by the tag until taken back.
 #[repr(C)]
 pub(super) struct Tag {
     pub(super) cqe: bindings::ib_cqe,
     pub(super) id: u32,
-    pub(super) keep: AtomicPtr<DmaBuf>,
+    pub(super) keep: AtomicPtr<DmaBufs>,
     /// Work requests held on the tag so far (wrapping); written only by
     /// the holder, after it took the tag.
     pub(super) posts: AtomicU32,
@@ -268,12 +270,12 @@ impl Tag {
         self.keep.load(Ordering::Acquire).is_null()
     }
 
-    /// Records `buf` as used by the work request of this tag; `EBUSY` if the
-    /// tag's previous work request has not completed.
-    pub(super) fn hold(&self, buf: Option<&Arc<DmaBuf>>) -> Result {
+    /// Records `buf` as used by the work request of this tag (keeping its
+    /// set); `EBUSY` if the tag's previous work request has not completed.
+    pub(super) fn hold(&self, buf: Option<BufRef<'_>>) -> Result {
         let p = match buf {
-            Some(b) => Arc::into_raw(b.clone()).cast_mut(),
-            None => NonNull::<DmaBuf>::dangling().as_ptr(),
+            Some(b) => Arc::into_raw(b.set.clone()).cast_mut(),
+            None => NonNull::<DmaBufs>::dangling().as_ptr(),
         };
         if self
             .keep
@@ -296,7 +298,7 @@ impl Tag {
     /// Ends the tag's work request, releasing what it held.
     pub(super) fn release(&self) {
         let p = self.keep.swap(null_mut(), Ordering::AcqRel);
-        if !p.is_null() && p != NonNull::<DmaBuf>::dangling().as_ptr() {
+        if !p.is_null() && p != NonNull::<DmaBufs>::dangling().as_ptr() {
             // SAFETY: A non-null, non-dangling `keep` came from `into_raw`
             // (type invariant) and was swapped out once.
             drop(unsafe { Arc::from_raw(p) });
@@ -318,7 +320,7 @@ impl Tag {
 ///
 /// - A [`DmaBuf`]: the request's tag. A SEND naming a buffer must carry it
 ///   as `keep` (posting fails with `EINVAL` otherwise), and the tag holds a
-///   reference on it until the completion.
+///   reference on its set ([`super::DmaBufs`]) until the completion.
 /// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
 ///   The driver must keep the mapping (its task) until every SEND naming
 ///   it has completed and every registration of it given to the peer is
@@ -350,8 +352,8 @@ pub(crate) enum SendOp<'a> {
         tag: u32,
         /// One or two entries; an entry of a [`DmaBuf`] must be in `keep`.
         sges: &'a [Sge<'a>],
-        /// The buffer kept alive until the completion.
-        keep: Option<&'a Arc<DmaBuf>>,
+        /// The buffer kept alive (with its set) until the completion.
+        keep: Option<BufRef<'a>>,
     },
     /// A signaled SEND of nothing, completing on tag `tag`. On a QP in the
     /// error state (after [`crate::rdma::cm::CmIdRef::disconnect`]) it
