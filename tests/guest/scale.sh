@@ -177,14 +177,19 @@ _fio_all() {
 # through it, call graphs included (round N's: read into
 # $RISER_OUT/perf-logout-N-NAME.txt by profile_save while the modules are
 # loaded), and scsi_transport_iscsi logs each step of each connection and
-# session.
+# session; RISER_SCALE_PROFILE=log, the log only.
 PERF_DATA=/tmp/perf-logout.data
 logout_all() {
-	local t0 t1 rc perf=() p
+	local t0 t1 rc perf=() p log=0
+	case ${RISER_SCALE_PROFILE:-0} in
+	1 | log) log=1 ;;
+	esac
 	if [ "${RISER_SCALE_PROFILE:-0}" = 1 ] && command -v perf >/dev/null; then
 		# Recorded into the guest's own file system (perf cannot finish
 		# its file on the shared one).
 		perf=(perf record -q -a -g -e cpu-clock -F 499 -o "$PERF_DATA" --)
+	fi
+	if [ $log = 1 ]; then
 		for p in debug_conn debug_session; do
 			echo 1 >/sys/module/scsi_transport_iscsi/parameters/$p
 		done
@@ -196,7 +201,7 @@ logout_all() {
 	rc=$?
 	uptime_now
 	t1=${UPTIME/./}
-	if [ ${#perf[@]} -gt 0 ]; then
+	if [ $log = 1 ]; then
 		echo "riser-harness: logout of all ends" >/dev/kmsg
 		for p in debug_conn debug_session; do
 			echo 0 >/sys/module/scsi_transport_iscsi/parameters/$p
