@@ -593,7 +593,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                     return Err(EINVAL);
                 }
                 // The tag keeps only `keep` alive until the completion.
-                let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(k.buf, b));
+                let kept = |b: &DmaBuf| keep.is_some_and(|k| core::ptr::eq(k.buf(), b));
                 // Memory this device may read, and nothing else.
                 let dev = self.pd.device_ptr();
                 if !list

@@ -160,6 +160,7 @@ impl DmaBufs {
     /// Buffer `i` of the set, if it has one.
     #[inline]
     pub(crate) fn get(self: &Arc<Self>, i: usize) -> Option<BufRef<'_>> {
+        // INVARIANT: the buffer is the set's own.
         Some(BufRef {
             set: self,
             buf: self.0.get(i)?,
@@ -174,10 +175,27 @@ impl DmaBufs {
 
 /// One buffer of a shared set, borrowed with the set, so that a work
 /// request naming it can keep the set (see [`super::SendOp::Send`]).
+///
+/// # Invariants
+///
+/// `buf` is one of `set`'s buffers (made only by [`DmaBufs::get`] and
+/// [`SharedBuf::as_buf`]).
 #[derive(Clone, Copy)]
 pub(crate) struct BufRef<'a> {
-    pub(super) set: &'a Arc<DmaBufs>,
-    pub(super) buf: &'a DmaBuf,
+    set: &'a Arc<DmaBufs>,
+    buf: &'a DmaBuf,
+}
+
+impl<'a> BufRef<'a> {
+    /// The set the buffer is part of: what keeps it.
+    pub(super) fn set(self) -> &'a Arc<DmaBufs> {
+        self.set
+    }
+
+    /// The buffer, for the lifetime of the borrow.
+    pub(super) fn buf(self) -> &'a DmaBuf {
+        self.buf
+    }
 }
 
 impl BufRef<'_> {
@@ -223,6 +241,7 @@ impl SharedBuf {
     /// The buffer, borrowed with its set.
     #[inline]
     pub(crate) fn as_buf(&self) -> BufRef<'_> {
+        // INVARIANT: `buf` is one of `set`'s buffers (type invariant).
         BufRef {
             set: &self.set,
             // SAFETY: `buf` points into `set`, held by `self` (type

@@ -274,7 +274,7 @@ impl Tag {
     /// set); `EBUSY` if the tag's previous work request has not completed.
     pub(super) fn hold(&self, buf: Option<BufRef<'_>>) -> Result {
         let p = match buf {
-            Some(b) => Arc::into_raw(b.set.clone()).cast_mut(),
+            Some(b) => Arc::into_raw(b.set().clone()).cast_mut(),
             None => NonNull::<DmaBufs>::dangling().as_ptr(),
         };
         if self
