@@ -113,7 +113,8 @@ login_all() {
 	t0=${UPTIME/./}
 	local before
 	before=$(_login_tries)
-	bounded 900 iscsiadm -m node -L all
+	perf_cmd login
+	bounded 900 "${PERF[@]}" iscsiadm -m node -L all
 	rc=$?
 	uptime_now
 	t1=${UPTIME/./}
@@ -172,23 +173,29 @@ _fio_all() {
 		END { exit !(jobs == n && !bad) }' <<<"$out"
 }
 
+# perf_cmd WHAT: in PERF, with RISER_SCALE_PROFILE=1 (not a check), the
+# perf command that samples every CPU, call graphs included, through the
+# command it is put in front of (the login or the logout of all), into
+# the guest's own file system (perf cannot finish its file on the shared
+# one); profile_save reads it into $RISER_OUT/perf-WHAT-N-NAME.txt (round
+# N) while the modules are loaded. Empty otherwise.
+perf_cmd() {
+	PERF=()
+	if [ "${RISER_SCALE_PROFILE:-0}" = 1 ] && command -v perf >/dev/null; then
+		PERF=(perf record -q -a -g -e cpu-clock -F 499 -o "/tmp/perf-$1.data" --)
+	fi
+}
+
 # logout_all: every session at once (LOGOUT_CS: the time it took); none is
-# left. With RISER_SCALE_PROFILE=1 (not a check) perf samples every CPU
-# through it, call graphs included (round N's: read into
-# $RISER_OUT/perf-logout-N-NAME.txt by profile_save while the modules are
-# loaded), and scsi_transport_iscsi logs each step of each connection and
-# session; RISER_SCALE_PROFILE=log, the log only.
-PERF_DATA=/tmp/perf-logout.data
+# left. With RISER_SCALE_PROFILE=1 (not a check) it is profiled
+# (perf_cmd), and scsi_transport_iscsi logs each step of each connection
+# and session; RISER_SCALE_PROFILE=log, the log only.
 logout_all() {
-	local t0 t1 rc perf=() p log=0
+	local t0 t1 rc p log=0
 	case ${RISER_SCALE_PROFILE:-0} in
 	1 | log) log=1 ;;
 	esac
-	if [ "${RISER_SCALE_PROFILE:-0}" = 1 ] && command -v perf >/dev/null; then
-		# Recorded into the guest's own file system (perf cannot finish
-		# its file on the shared one).
-		perf=(perf record -q -a -g -e cpu-clock -F 499 -o "$PERF_DATA" --)
-	fi
+	perf_cmd logout
 	if [ $log = 1 ]; then
 		for p in debug_conn debug_session; do
 			echo 1 >/sys/module/scsi_transport_iscsi/parameters/$p
@@ -197,7 +204,7 @@ logout_all() {
 	fi
 	uptime_now
 	t0=${UPTIME/./}
-	bounded 600 "${perf[@]}" iscsiadm -m node --logoutall=all
+	bounded 600 "${PERF[@]}" iscsiadm -m node --logoutall=all
 	rc=$?
 	uptime_now
 	t1=${UPTIME/./}
@@ -274,16 +281,20 @@ trace_save() {
 	return 0
 }
 
-# profile_save NAME: the logout's profile (RISER_SCALE_PROFILE=1) as text,
-# by symbol, self and with callees, while the initiator is loaded.
+# profile_save NAME: the login's and the logout's profiles
+# (RISER_SCALE_PROFILE=1) as text, by symbol, self and with callees,
+# while the initiator is loaded.
 profile_save() {
-	local data=$PERF_DATA
-	[ -f "$data" ] || return 0
-	perf report -i "$data" --stdio --no-children --sort sym --percent-limit 0.3 -g none \
-		>"$RISER_OUT/perf-logout-$1.txt" 2>&1
-	perf report -i "$data" --stdio --children --sort sym --percent-limit 1 -g none \
-		>"$RISER_OUT/perf-logout-$1-children.txt" 2>&1
-	rm -f "$data"
+	local what data
+	for what in login logout; do
+		data=/tmp/perf-$what.data
+		[ -f "$data" ] || continue
+		perf report -i "$data" --stdio --no-children --sort sym --percent-limit 0.3 -g none \
+			>"$RISER_OUT/perf-$what-$1.txt" 2>&1
+		perf report -i "$data" --stdio --children --sort sym --percent-limit 1 -g none \
+			>"$RISER_OUT/perf-$what-$1-children.txt" 2>&1
+		rm -f "$data"
+	done
 	return 0
 }
 
