@@ -282,8 +282,8 @@ trace_save() {
 }
 
 # profile_save NAME: the login's and the logout's profiles
-# (RISER_SCALE_PROFILE=1) as text, by symbol, self and with callees,
-# while the initiator is loaded.
+# (RISER_SCALE_PROFILE=1) as text, by symbol, self and with callees, and
+# by command, while the initiator is loaded.
 profile_save() {
 	local what data
 	for what in login logout; do
@@ -293,6 +293,8 @@ profile_save() {
 			>"$RISER_OUT/perf-$what-$1.txt" 2>&1
 		perf report -i "$data" --stdio --children --sort sym --percent-limit 1 -g none \
 			>"$RISER_OUT/perf-$what-$1-children.txt" 2>&1
+		perf report -i "$data" --stdio --no-children --sort comm --percent-limit 0.5 -g none \
+			>"$RISER_OUT/perf-$what-$1-comm.txt" 2>&1
 		rm -f "$data"
 	done
 	return 0
