@@ -196,9 +196,7 @@ impl<'a> BufRef<'a> {
     pub(super) fn buf(self) -> &'a DmaBuf {
         self.buf
     }
-}
 
-impl BufRef<'_> {
     /// An owned handle on the buffer, which keeps its set.
     pub(crate) fn share(self) -> SharedBuf {
         // INVARIANT: `buf` is one of the set's buffers, which stay where
