@@ -267,6 +267,13 @@ pub(super) struct Done {
     pub(super) failure: Option<Failure>,
 }
 
+/// A command's word as [`Cmds::hold_command`] published it, on its slot.
+pub(super) struct Published<'a> {
+    slot: &'a Slot,
+    idx: u32,
+    word: Word,
+}
+
 /// The commands of a connection as the target can reach them: each task
 /// slot's completion word, the rare PDUs' bookkeeping, and the flag of a
 /// TMF Response held back.
@@ -389,16 +396,18 @@ impl Cmds {
     /// With `p.hold` (the conservative variant of `proto::slot`, which the
     /// send path does not use: the response takes a reference when one is
     /// needed), the command's one reference is taken first.
+    /// Returns the slot and the word published, for [`Cmds::posted`].
     pub(super) fn hold_command(
         &self,
         task: &Task<'_, Iser>,
         lun: [u8; 8],
         p: &slot::Post,
         rkey: u32,
-    ) -> Result {
+    ) -> Result<Published<'_>> {
         let idx = task.index();
         let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
-        if !s.word().quiet() {
+        let cur = s.word();
+        if !cur.quiet() {
             return Err(Self::slot_reused(idx));
         }
         if p.hold {
@@ -413,13 +422,41 @@ impl Cmds {
         // Before the word: a response that reads the word published reads
         // this key (the word's compare-and-exchange is fully ordered).
         s.rkey.store(rkey, Release);
-        match s.apply(|w| slot::post(w, p)) {
-            Ok(_) => Ok(()),
+        // The word read above, unless an event changed it since (a quiet
+        // word takes none that does: then the general path decides).
+        let step = match slot::post(cur, p) {
+            Ok(step) if s.word.cmpxchg(cur.raw(), step.word.raw(), Full).is_ok() => Ok(step),
+            _ => s.apply(|w| slot::post(w, p)),
+        };
+        match step {
+            Ok(step) => Ok(Published {
+                slot: s,
+                idx,
+                word: step.word,
+            }),
             Err(_) => {
                 drop(s.hold.take());
                 Err(Self::slot_reused(idx))
             }
         }
+    }
+
+    /// The post of the command published as `p` returned: `POSTING`
+    /// clears. Most often nothing happened to the word meanwhile, and one
+    /// compare-and-exchange from the published word makes the transition
+    /// ([`slot::posted_untouched`]); else [`slot::posted`] is applied to
+    /// the word found, and what waited for the post (a response that came
+    /// in the window: its LOCAL_INV, or its completion) goes now.
+    #[inline]
+    pub(super) fn posted(&self, conn: &Connection<IserConn>, p: Published<'_>) -> Done {
+        let next = slot::posted_untouched(p.word);
+        if p.slot.word.cmpxchg(p.word.raw(), next.raw(), Full).is_ok() {
+            return Done {
+                task: None,
+                failure: None,
+            };
+        }
+        self.slot_event(conn, p.idx, slot::posted)
     }
 
     #[cold]

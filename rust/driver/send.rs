@@ -394,7 +394,7 @@ pub(super) fn command(
         .as_ref()
         .filter(|_| plan.remote_mr())
         .map_or(0, |r| r.rkey());
-    res.cmds.hold_command(task, task.hdr_lun(), &post, rkey)?;
+    let published = res.cmds.hold_command(task, task.hdr_lun(), &post, rkey)?;
     // Test build: the window between the word and the post, held open.
     fault::hold_posting(post.itt);
     let cmd = CmdPost {
@@ -412,7 +412,7 @@ pub(super) fn command(
     // in the window left waiting (its LOCAL_INV, or its completion) goes
     // now. The reference it took is not the last: the layer's guard
     // holds the task for this call.
-    let done = res.cmds.slot_event(&res.conn, idx, slot::posted);
+    let done = res.cmds.posted(&res.conn, published);
     drop(done.task);
     let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
     if let Some(bhs) = hdrs.last_chunk() {

@@ -521,6 +521,17 @@ pub(crate) fn posted(w: Word) -> Result<Step, Violation> {
     Ok(settle(w.0 & !POSTING))
 }
 
+/// The word [`posted`] makes of `published`, a word [`post`] made, when
+/// no other event changed it since: `POSTING` cleared, and nothing to do
+/// (its `RSP` is still set, so it settles to waiting with no reference
+/// operation). A sender that publishes this with a compare-and-exchange
+/// from `published` has made the [`posted`] transition; if the exchange
+/// fails (a response or completion came in the window), it applies
+/// [`posted`] to the word it finds.
+pub(crate) const fn posted_untouched(published: Word) -> Word {
+    Word(published.0 & !POSTING)
+}
+
 /// The command SEND completed (successfully).
 pub(crate) fn send_done(w: Word) -> Result<Step, Violation> {
     if !w.has(SEND) {
@@ -1248,6 +1259,39 @@ mod tests {
     const DONE_DROP: Result<(Action, RefOp), Violation> = Ok((Action::Complete, RefOp::Drop));
     /// An event that changes nothing on a quiet slot, to pad a sequence.
     const NOTHING: Event = Event::Abort;
+
+    #[test]
+    fn an_untouched_post_returns_as_posted_says() {
+        // Every post from a quiet word: `posted_untouched` is `posted`'s
+        // word, with nothing to do (the sender's shortcut).
+        let quiet = [Word::default(), Word::from_raw(0x8000_0000_0000_0007)];
+        let keys = [Key::None, Key::Given, Key::GivenSendsUseMr];
+        for w in quiet {
+            for send in [false, true] {
+                for data_outs in [0, 1, 3, MAX_DATA_OUTS] {
+                    for key in keys {
+                        let p = Post {
+                            itt: wire(ITT),
+                            send,
+                            data_outs,
+                            key,
+                            hold: false,
+                        };
+                        let published = post(w, &p).expect("a quiet word takes a post").word;
+                        assert_eq!(
+                            posted(published),
+                            Ok(Step {
+                                word: posted_untouched(published),
+                                action: Action::Wait,
+                                task_ref: RefOp::Keep,
+                            })
+                        );
+                        assert!(posted_untouched(published).is_consistent());
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_read_ends_with_the_target_s_invalidation_without_a_reference() {
