@@ -421,6 +421,25 @@ impl<'a, T: TransportOps> Task<'a, T> {
 }
 
 impl<'a, T: TransportOps> XmitTask<'a, T> {
+    /// A reference on the task for the rest of the layer's `xmit_task`
+    /// callback, which `'a` spans (see [`CallRef`]). `None` if the task is
+    /// already being freed.
+    pub(super) fn call_ref(&self) -> Option<CallRef<'a>> {
+        // SAFETY: The task is live (type invariant).
+        if !unsafe { bindings::iscsi_get_task(self.raw()) } {
+            return None;
+        }
+        // SAFETY: The slot is initialised (type invariant).
+        let refs = unsafe { &(*self.slot()).head.refs };
+        // INVARIANT: one reference taken just above; `'a` is the
+        // callback's.
+        Some(CallRef {
+            task: self.task.ptr,
+            slot: NonNull::from(refs),
+            _call: PhantomData,
+        })
+    }
+
     /// # Safety
     ///
     /// `ptr` must satisfy the type invariant for `'a`: called from
@@ -627,6 +646,44 @@ impl Drop for TaskRef {
         }
         // The count is dropped last, after the put.
         slot.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One reference on a libiscsi task held by the layer for the length of
+/// one of its callbacks (`'a`), as [`TaskRef`] but not counted in the
+/// slot: the count is what the layer's teardown waits for, and a callback
+/// runs on a live connection of a live session, which libiscsi keeps for
+/// it. Its drop is usually not the task's last reference; when it is,
+/// it becomes a counted [`TaskRef`] and goes as one does.
+///
+/// # Invariants
+///
+/// Owns one reference of the task's refcount; `slot` is the [`SlotRefs`]
+/// of the task's [`TaskSlot`]; the connection and session of the task live
+/// for `'a`.
+pub(super) struct CallRef<'a> {
+    task: NonNull<bindings::iscsi_task>,
+    slot: NonNull<SlotRefs>,
+    _call: PhantomData<&'a ()>,
+}
+
+impl Drop for CallRef<'_> {
+    fn drop(&mut self) {
+        // SAFETY: This value owns one reference (type invariant): a put
+        // that is not the last takes no lock.
+        if unsafe { bindings::riser_iscsi_put_task_not_last(self.task.as_ptr()) } {
+            return;
+        }
+        // SAFETY: The slot lives as long as the session, which lives for
+        // `'a` (type invariant).
+        let refs = unsafe { self.slot.as_ref() };
+        // Counted before the `TaskRef` owns it, as `get_ref` counts.
+        refs.count.fetch_add(1, Ordering::AcqRel);
+        // INVARIANT: the reference this value owned, counted just above.
+        drop(TaskRef {
+            task: self.task,
+            slot: self.slot,
+        });
     }
 }
 

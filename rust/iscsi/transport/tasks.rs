@@ -85,7 +85,7 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         // A response on another CPU may complete the task as soon as its PDU
         // is posted: this reference keeps it (and its SCSI command) until the
         // driver is done with it.
-        let guard = t.get_ref().ok_or(EINVAL)?;
+        let guard = t.call_ref().ok_or(EINVAL)?;
         // As in `init_task_callback`: libiscsi holds the frwd_lock.
         let locked = LockedCallback::enter();
         let r = T::xmit_task(ep, &mut t);
