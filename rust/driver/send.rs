@@ -343,12 +343,10 @@ pub(super) fn command(
     let plan = plan_command(res, task, dir, len)?;
     let unregistered = plan.key == Key::GlobalRkey;
     // The task slot's MR, header buffer and send tag, for this command
-    // alone. Busy while the slot's last SEND is being read by the
-    // device (libiscsi requeues).
-    let claim = res.conn.claim_cmd(idx).map_err(|e| match e {
-        EBUSY => EAGAIN,
-        e => e,
-    })?;
+    // alone. Busy while the slot's last signaled SEND is being read by
+    // the device (the map, or a signaled post, says so): libiscsi
+    // requeues.
+    let claim = res.conn.claim_cmd(idx).map_err(busy_again)?;
     // Check, then map: the slot's last command owes nothing (the layer's
     // `map` checks that the MR's last registration the target was given
     // is invalid) before anything is mapped into its MR.
@@ -359,7 +357,7 @@ pub(super) fn command(
         (Key::LocalDma, Some(sg)) => Some(sg.local_only(res.conn.pd()).ok_or(EINVAL)?),
         // always_register=0 and one segment: no MR at all.
         (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(res.conn.pd()).ok_or(EINVAL)?),
-        (Key::Mr, Some(sg)) => Some(claim.map(sg)?),
+        (Key::Mr, Some(sg)) => Some(claim.map(sg).map_err(busy_again)?),
         _ => return Err(EINVAL),
     };
     if reg.as_ref().is_some_and(|r| r.len() < len) {
@@ -584,7 +582,17 @@ fn not_posted(res: &Res, idx: u32, e: Error, key_posted: bool) -> Result<Option<
     if key_posted {
         return Ok(Some(Failure::CommandPost));
     }
-    Err(e)
+    Err(busy_again(e))
+}
+
+/// A slot busy for now (its last signaled SEND not completed) is a
+/// command to send again: libiscsi requeues it.
+fn busy_again(e: Error) -> Error {
+    if e == EBUSY {
+        EAGAIN
+    } else {
+        e
+    }
 }
 
 /// Sends the unsolicited Data-Out PDUs of a WRITE whose command is

@@ -4,9 +4,10 @@
 //! and REG_MR of the slot's MR, the SEND of its PDU), built and checked
 //! once when the connection is made, so that posting a command only fills
 //! in keys, lengths and flags. A slot is used through a [`CmdClaim`],
-//! which holds the slot's MR and its send tag: a slot whose last SEND is
-//! outstanding cannot be claimed, and two CPUs never fill in one slot's
-//! requests at once.
+//! which holds the slot's MR (two CPUs never fill in one slot's requests
+//! at once) and, for a signaled SEND, the slot's send tag: a slot whose
+//! last signaled SEND is outstanding is neither mapped anew nor sends a
+//! signaled SEND until that completes.
 
 use super::{
     dma::{
@@ -191,16 +192,20 @@ impl CmdRefused {
 }
 
 /// The exclusive use of one command slot, taken with
-/// [`Connection::claim_cmd`]: its MR (mapped only through this claim) and
-/// its send tag (taken: the slot's last SEND has completed). One command
-/// is posted through it ([`CmdClaim::post`]); a signaled SEND keeps the
-/// tag until its completion, and everything else is given back when the
+/// [`Connection::claim_cmd`]: its MR (mapped only through this claim, and
+/// only once the slot's last signaled SEND completed). One command is
+/// posted through it ([`CmdClaim::post`]); a signaled SEND takes the
+/// slot's send tag (refused while its last one has not completed) and
+/// keeps it until its completion. An unsignaled SEND is inline: the
+/// provider copies it while posting, and its completion is never
+/// reported, so it needs no tag. What is held is given back when the
 /// claim drops.
 ///
 /// # Invariants
 ///
 /// `mr` holds MR `idx`'s claim and `slot` is command slot `idx` of
-/// `conn`; while `tag_held` is set, this value holds `slot`'s send tag.
+/// `conn`; `tag` is `slot`'s send tag; while `tag_held` is set, this
+/// value holds it.
 pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
     conn: &'a Connection<H>,
     slot: &'a CmdSlot,
@@ -212,8 +217,9 @@ pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
 }
 
 impl<H: CmHandler + QpHandler> Connection<H> {
-    /// Claims command slot `idx`: `EBUSY` while another claim holds it or
-    /// its send tag is taken (its last SEND has not completed).
+    /// Claims command slot `idx`: `EBUSY` while another claim holds it.
+    /// The slot's send tag is taken by a signaled post
+    /// ([`CmdClaim::post`]).
     pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
         let slot = self.cmd(idx).ok_or(EINVAL)?;
         let tag = self
@@ -221,14 +227,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             .get(usize::from_safe_cast(slot.tag))
             .ok_or(EINVAL)?;
         let mr = self.claim_mr(idx)?;
-        tag.hold(None)?;
-        // INVARIANT: the MR's claim and the tag were taken just above.
+        // INVARIANT: the MR's claim was taken just above; no tag yet.
         Ok(CmdClaim {
             conn: self,
             slot,
             mr,
             tag,
-            tag_held: Cell::new(true),
+            tag_held: Cell::new(false),
             mapped: Cell::new(false),
             posted: Cell::new(false),
         })
@@ -245,9 +250,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// Maps `sg` into the slot's MR with a fresh key (`MrSlot::map`);
     /// once per claim (`EBUSY` after), so the MR is not
-    /// mapped again while the registration lives.
+    /// mapped again while the registration lives. `EBUSY` too while the
+    /// slot's last signaled SEND (which may read through the MR) has not
+    /// completed.
     pub(crate) fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
-        if self.mapped.replace(true) {
+        // (Mapped before the post: the tag is not this claim's yet.)
+        if self.mapped.replace(true) || !self.tag.idle() {
             return Err(EBUSY);
         }
         // SAFETY: This claim holds the MR's, and maps it once: nothing
@@ -312,10 +320,23 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         Err(self.refused(w, r.err(), bad, p.reg.is_some(), inv, was))
     }
 
-    /// Fills in the slot's SEND for `send`; says whether it is signaled.
+    /// Fills in the slot's SEND for `send`, taking the slot's tag if it is
+    /// signaled (`EBUSY` while its last signaled SEND has not completed);
+    /// says whether it is.
     #[inline]
     fn fill_send(&self, w: &mut Wrs, send: &CmdSend<'_>) -> Result<bool> {
         let conn = self.conn;
+        let signaled = matches!(
+            send,
+            CmdSend::Inline { signaled: true, .. } | CmdSend::Buffered { .. }
+        );
+        // `post` runs once per claim: the tag is not held yet.
+        if signaled {
+            self.tag.hold(None)?;
+            // INVARIANT: taken just above; given back when the claim
+            // drops, unless the post hands it to the completion.
+            self.tag_held.set(true);
+        }
         let signaled = match send {
             CmdSend::Inline { bytes, signaled } => {
                 if bytes.is_empty() || bytes.len() > usize::from_safe_cast(conn.max_inline) {
