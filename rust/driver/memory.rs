@@ -54,6 +54,7 @@ use crate::{
         },
     },
     rdma::conn::{
+        CmdClaim,
         Connection,
         SendOp, //
     },
@@ -396,15 +397,21 @@ impl Cmds {
     /// With `p.hold` (the conservative variant of `proto::slot`, which the
     /// send path does not use: the response takes a reference when one is
     /// needed), the command's one reference is taken first.
-    /// Returns the slot and the word published, for [`Cmds::posted`].
+    /// The command is the task's, on the slot `claim` holds (its index
+    /// is the task's). Returns the slot and the word published, for
+    /// [`Cmds::posted`].
     pub(super) fn hold_command(
         &self,
+        claim: &CmdClaim<'_, IserConn>,
         task: &Task<'_, Iser>,
         lun: [u8; 8],
         p: &slot::Post,
         rkey: u32,
     ) -> Result<Published<'_>> {
-        let idx = task.index();
+        let idx = claim.index();
+        if idx != task.index() {
+            return Err(EINVAL);
+        }
         let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
         let cur = s.word();
         if !cur.quiet() {
@@ -419,15 +426,21 @@ impl Cmds {
             }
         }
         s.lun.store(u64::from_ne_bytes(lun), Release);
-        // Before the word: a response that reads the word published reads
-        // this key (the word's compare-and-exchange is fully ordered).
+        // Before the word: a response that reads the word published (with
+        // acquire) reads this key.
         s.rkey.store(rkey, Release);
-        // The word read above, unless an event changed it since (a quiet
-        // word takes none that does: then the general path decides).
-        let step = match slot::post(cur, p) {
-            Ok(step) if s.word.cmpxchg(cur.raw(), step.word.raw(), Full).is_ok() => Ok(step),
-            _ => s.apply(|w| slot::post(w, p)),
-        };
+        // Published with a plain store: the word is quiet, no event but a
+        // post changes a quiet word (`proto::slot`'s model checks it), and
+        // only the holder of the slot's claim posts on it (`claim`: no two
+        // live at once). The release orders the
+        // LUN and key before it; the provider's post, which makes the
+        // command visible to the device, comes after it in program order
+        // and orders it before the doorbell, as it does the work request's
+        // own stores.
+        let step = slot::post(cur, p);
+        if let Ok(step) = &step {
+            s.word.store(step.word.raw(), Release);
+        }
         match step {
             Ok(step) => Ok(Published {
                 slot: s,

@@ -392,7 +392,9 @@ pub(super) fn command(
         .as_ref()
         .filter(|_| plan.remote_mr())
         .map_or(0, |r| r.rkey());
-    let published = res.cmds.hold_command(task, task.hdr_lun(), &post, rkey)?;
+    let published = res
+        .cmds
+        .hold_command(&claim, task, task.hdr_lun(), &post, rkey)?;
     // Test build: the window between the word and the post, held open.
     fault::hold_posting(post.itt);
     let cmd = CmdPost {

@@ -1135,6 +1135,15 @@ pub(crate) mod model {
         if !s.word.is_consistent() {
             return Err("a consistent word stepped to an inconsistent one");
         }
+        // The sender publishes a post with a plain store (the word is
+        // quiet, and only the slot's sender posts on it): no other event
+        // may change a quiet word.
+        if w.quiet()
+            && !matches!(ev, Event::Post(_))
+            && (s.word != w || s.action != Action::Wait || s.task_ref != RefOp::Keep)
+        {
+            return Err("an event other than a post changed a quiet word");
+        }
         if s.action == Action::Complete
             && (w.quiet() || !s.word.quiet() || s.word.reachable() || s.word.holds_ref())
         {
@@ -1259,6 +1268,38 @@ mod tests {
     const DONE_DROP: Result<(Action, RefOp), Violation> = Ok((Action::Complete, RefOp::Drop));
     /// An event that changes nothing on a quiet slot, to pad a sequence.
     const NOTHING: Event = Event::Abort;
+
+    #[test]
+    fn no_event_but_a_post_changes_a_quiet_word() {
+        // The sender publishes a post with a plain store, which is the
+        // compare-and-exchange only if nothing else changes a quiet word.
+        let quiet = [
+            Word::default(),
+            Word::from_raw(0x8000_0000_0000_0007),
+            Word::from_raw(0x8000_0000_0000_0000 | u64::from(wire(ITT))),
+        ];
+        let mut events = [NOTHING; 10];
+        events[0] = Event::Posted;
+        events[1] = Event::SendDone;
+        events[2] = Event::DataOutDone;
+        events[3] = Event::DataOutsUnsent(1);
+        events[4] = Event::DataOutsUnsent(0);
+        events[5] = Event::InvDone;
+        events[6] = Event::Abort;
+        events[7] = Event::NotPosted(true);
+        events[8] = Event::Teardown;
+        for w in quiet {
+            assert!(w.quiet() && w.is_consistent());
+            let responses = [rsp(None), rsp(Some(RKEY))];
+            for ev in events.iter().chain(responses.iter()) {
+                match ev.apply(w) {
+                    Err(_) => {}
+                    Ok(step) => assert_eq!(step, unchanged(w)),
+                }
+                assert_eq!(model::any_word(w.raw(), ev), Ok(()));
+            }
+        }
+    }
 
     #[test]
     fn an_untouched_post_returns_as_posted_says() {

@@ -56,6 +56,7 @@ mod wr;
 
 use cmd::CmdSlot;
 pub(crate) use cmd::{
+    CmdClaim,
     CmdPost,
     CmdSend, //
 };

@@ -208,6 +208,7 @@ impl CmdRefused {
 /// value holds it.
 pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
     conn: &'a Connection<H>,
+    idx: u32,
     slot: &'a CmdSlot,
     mr: MrClaim<'a>,
     tag: &'a Tag,
@@ -230,6 +231,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // INVARIANT: the MR's claim was taken just above; no tag yet.
         Ok(CmdClaim {
             conn: self,
+            idx,
             slot,
             mr,
             tag,
@@ -248,6 +250,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 }
 
 impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
+    /// The slot claimed: while this value lives, no other claim of it
+    /// does.
+    pub(crate) fn index(&self) -> u32 {
+        self.idx
+    }
+
     /// Maps `sg` into the slot's MR with a fresh key (`MrSlot::map`);
     /// once per claim (`EBUSY` after), so the MR is not
     /// mapped again while the registration lives. `EBUSY` too while the
