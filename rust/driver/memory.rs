@@ -82,9 +82,10 @@ use kernel::{
 
 /// One task slot's command as the connection tracks it.
 ///
-/// The word is published with fully ordered compare-and-exchanges (a full
-/// barrier before and after, as the kernel's value-returning atomics are),
-/// and the TMF path sets its flag with a fully ordered exchange before it
+/// A post publishes the quiet word with a release store (after the LUN and
+/// key it orders: see [`Cmds::hold_command`]); every other event moves it
+/// with a fully ordered compare-and-exchange (a full barrier before and
+/// after, as the kernel's value-returning atomics are), and the TMF path sets its flag with a fully ordered exchange before it
 /// reads the words: a completion that clears a command's last pending bit,
 /// then looks whether a TMF Response is held, and the TMF path, which holds
 /// one, then looks at the words, cannot both miss the other (see
@@ -586,8 +587,8 @@ impl Cmds {
         // The key the slot's command gives the target, recorded before its
         // word was published: read after the word (in the transition), so
         // that a word seen published comes with its command's key, never
-        // the slot's previous command's (the word's compare-and-exchange is
-        // fully ordered after the key's store).
+        // the slot's previous command's (the word's release store comes
+        // after the key's store; the word is read here with acquire).
         let step = match s.apply(|w| {
             let rkey = s.rkey.load(Acquire);
             slot::response(w, &slot::Response { rkey, ..r })
