@@ -398,6 +398,9 @@ impl TransportOps for Iser {
         (n != 0).then_some(n)
     }
 
+    // Only a write with unsolicited Data-Outs has anything to check.
+    const INIT_UNSOL_ONLY: bool = true;
+
     fn init_task(ep: &IserConn, task: &Task<'_, Self>) -> Result {
         // libiscsi turns any error of init_task into EIO, and fails the
         // command with DID_ABORT, which the midlayer does not retry: an I/O

@@ -258,6 +258,12 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// context).
     fn custom_stats(_ep: &Self::Ep, _out: &mut CustomStats<'_>) {}
 
+    /// Whether [`TransportOps::init_task`] is called, of the SCSI
+    /// commands, only for those with unsolicited Data-Out data (every
+    /// other task is prepared as before): for a transport that has nothing
+    /// to prepare for the rest, which then cost no call.
+    const INIT_UNSOL_ONLY: bool = false;
+
     /// libiscsi prepares `task` (atomic context, under the session's
     /// `frwd_lock`). A SCSI command refused here is failed (libiscsi turns
     /// any error into `EIO`, then `DID_ABORT`, which the midlayer does not
@@ -265,6 +271,10 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// cannot go now is refused by `xmit_task`, which libiscsi requeues.
     /// Under that lock [`Conn::complete_pdu`] is refused and
     /// [`ConnSlot::fail`] defers to a workqueue.
+    ///
+    /// Not called for a SCSI command without unsolicited Data-Out data
+    /// (none after its immediate data) if [`TransportOps::INIT_UNSOL_ONLY`]
+    /// says so.
     fn init_task(_ep: &Self::Ep, _task: &Task<'_, Self>) -> Result {
         Err(EOPNOTSUPP)
     }
