@@ -46,12 +46,13 @@ pub(super) unsafe extern "C" fn init_task_callback<T: TransportOps>(
     task: *mut bindings::iscsi_task,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: The task is live (function contract); libiscsi set its
-        // SCSI command and unsolicited data before this call.
-        if T::INIT_UNSOL_ONLY
-            && unsafe { !(*task).sc.is_null() && (*task).unsol_r2t.data_length == 0 }
-        {
-            return Ok(0);
+        if T::INIT_UNSOL_ONLY {
+            // SAFETY: The task is live (function contract); libiscsi set
+            // its SCSI command and unsolicited data before this call.
+            let (sc, unsol) = unsafe { ((*task).sc, (*task).unsol_r2t.data_length) };
+            if !sc.is_null() && unsol == 0 {
+                return Ok(0);
+            }
         }
         // SAFETY: The task is live; its connection is set.
         let Some(ep) = (unsafe { bound_ep::<T>((*task).conn) }) else {
