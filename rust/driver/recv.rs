@@ -24,6 +24,7 @@ use crate::{
             Bhs,
             RxPdu,
             TargetOpcode, //
+            BHS_LEN,
         },
         response,
         ProtoError, //
@@ -73,11 +74,16 @@ fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> 
         Ok(p) => p,
         Err(e) => return Err(malformed(wc.byte_len, e)),
     };
-    let bhs = Bhs::from_slice(&bytes[pdu.bhs.clone()]).ok_or(Failure::MalformedPdu)?;
-    trace::pdu_received(trace::id(ep), bhs.bytes(), wc.invalidated.unwrap_or(0));
+    // The BHS where it is, in the receive buffer (which is not posted
+    // again until this ends): read, traced and handed to libiscsi in place.
+    let bhs: &[u8; BHS_LEN] = bytes
+        .get(pdu.bhs.clone())
+        .and_then(|b| b.try_into().ok())
+        .ok_or(Failure::MalformedPdu)?;
+    trace::pdu_received(trace::id(ep), bhs, wc.invalidated.unwrap_or(0));
     let data = &bytes[pdu.data.clone()];
     if pdu.opcode != TargetOpcode::ScsiResponse {
-        return deliver_other(ep, rcu, res, &pdu, &bhs, data, wc);
+        return deliver_other(ep, rcu, res, &pdu, &Bhs(*bhs), data, wc);
     }
     // A SCSI Response: one per command, the receive path's common case.
     // Whether it may invalidate what it names, and whether it is the
@@ -92,7 +98,7 @@ fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> 
                 ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
             });
     let r = done_ref.and_then(|done_ref| {
-        let r = hand_on(ep, rcu, &bhs, data);
+        let r = hand_on(ep, rcu, bhs, data);
         // libiscsi has completed the command (or refused the response):
         // the task is freed once this last reference goes.
         drop(done_ref);
@@ -111,8 +117,8 @@ pub(super) fn slot_of(itt: u32) -> u32 {
 }
 
 /// Hands the PDU to libiscsi.
-fn hand_on(ep: &IserConn, rcu: &rcu::Guard, bhs: &Bhs, data: &[u8]) -> FailResult {
-    match ep.bound.with_in(rcu, |c| c.complete_pdu(bhs.bytes(), data)) {
+fn hand_on(ep: &IserConn, rcu: &rcu::Guard, bhs: &[u8; BHS_LEN], data: &[u8]) -> FailResult {
+    match ep.bound.with_in(rcu, |c| c.complete_pdu(bhs, data)) {
         Some(Err(_)) => Err(Failure::LibiscsiRejected),
         _ => Ok(()),
     }
@@ -252,7 +258,7 @@ fn deliver_other(
             }
         }
     }
-    hand_on(ep, rcu, bhs, data)
+    hand_on(ep, rcu, bhs.bytes(), data)
 }
 
 /// A receive (`recv`) or a send completed in error: flushed at

@@ -801,23 +801,32 @@ impl Conn {
     /// cannot be taken (inside `init_task` or `xmit_task`, which run under
     /// `frwd_lock`, in a hard interrupt or with interrupts off).
     pub(crate) fn complete_pdu(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
-        let mut h = bindings::iscsi_hdr::default();
-        // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
-        unsafe { core::ptr::copy_nonoverlapping(hdr.as_ptr(), (&raw mut h).cast::<u8>(), BHS_LEN) };
+        // libiscsi only reads the header: it is handed over in place when
+        // aligned as an `iscsi_hdr` (a receive buffer's BHS is), else as a
+        // copy.
+        let mut copy = bindings::iscsi_hdr::default();
+        let h = if hdr.as_ptr().cast::<bindings::iscsi_hdr>().is_aligned() {
+            hdr.as_ptr().cast::<bindings::iscsi_hdr>().cast_mut()
+        } else {
+            // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
+            unsafe {
+                core::ptr::copy_nonoverlapping(hdr.as_ptr(), (&raw mut copy).cast::<u8>(), BHS_LEN)
+            };
+            &raw mut copy
+        };
         let len = c_int::try_from(data.len())?;
         let bh = BhOff::if_may_lock().ok_or(EDEADLK)?;
-        // SAFETY: The connection is live (type invariant); libiscsi copies
+        // SAFETY: The connection is live (type invariant); `h` points to
+        // an `iscsi_hdr` (`BHS_LEN` is its size), the
+        // caller's header, aligned, or its copy, which libiscsi only reads
+        // (`__iscsi_complete_pdu` and what it calls read the header and
+        // keep none of it); libiscsi copies
         // what it keeps of `data`, which it only reads. Bottom halves are
         // off, and this CPU is not inside a callback that libiscsi runs
         // under a session lock (`bh`), the only code of the transport's
         // that runs with one held.
         let rc = unsafe {
-            bindings::iscsi_complete_pdu(
-                self.ptr.as_ptr(),
-                &mut h,
-                data.as_ptr().cast_mut().cast(),
-                len,
-            )
+            bindings::iscsi_complete_pdu(self.ptr.as_ptr(), h, data.as_ptr().cast_mut().cast(), len)
         };
         drop(bh);
         // CAST: the error codes are small positive numbers.
