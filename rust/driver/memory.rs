@@ -344,6 +344,29 @@ impl Cmds {
             .is_some_and(|s| s.word().send_due())
     }
 
+    /// The command SEND of slot `idx` completed (successfully), if the
+    /// slot's command waits for it (`None` if not: the slot's tag carried
+    /// another PDU). Most often the response is still to come, and one
+    /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]);
+    /// else [`slot::send_done`] decides.
+    #[inline]
+    pub(super) fn send_completed(&self, conn: &Connection<IserConn>, idx: u32) -> Option<Done> {
+        let s = self.slots.get(usize::from_safe_cast(idx))?;
+        let cur = s.word();
+        if !cur.send_due() {
+            return None;
+        }
+        if let Some(next) = slot::send_done_waits(cur) {
+            if s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok() {
+                return Some(Done {
+                    task: None,
+                    failure: None,
+                });
+            }
+        }
+        Some(self.slot_event(conn, idx, slot::send_done))
+    }
+
     /// Releases every command and drops every task reference held, once
     /// the connection's QP is destroyed (drained): no work request is
     /// outstanding and no completion is to come, so nothing of any command

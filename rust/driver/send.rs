@@ -699,11 +699,15 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             return after_events(ep, &res, ev);
         }
         // A command SEND: nothing else is posted on a slot's tag while
-        // its command waits for that (a command's non-inline SEND needs
+        // its command waits for that (a command's signaled SEND needs
         // an idle tag, and its task holds the slot).
-        Some(SendTag::Slot(idx)) if res.cmds.send_due(idx) => wc
-            .ok()
-            .then(|| res.cmds.slot_event(&res.conn, idx, slot::send_done)),
+        Some(SendTag::Slot(idx)) if res.cmds.send_due(idx) => {
+            if wc.ok() {
+                res.cmds.send_completed(&res.conn, idx)
+            } else {
+                None
+            }
+        }
         // The marker posted once the target hung up: every completion
         // before it, the receives of what the target sent last among them,
         // has been handled. The CM handler waits for this to fail the
