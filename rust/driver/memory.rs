@@ -597,6 +597,22 @@ impl Cmds {
             rkey: 0,
             remote_inv: self.remote_inv.load(Relaxed),
         };
+        // The common response ends its command at once (a read whose key
+        // the target invalidated with it, a write whose SEND completed):
+        // one compare-and-exchange from the word read, the key read after
+        // it (as in the general path below); anything else, or a lost
+        // race, goes the general way.
+        let cur = s.word();
+        let rkey = s.rkey.load(Acquire);
+        if let Some(next) = slot::response_completes(cur, &slot::Response { rkey, ..r }) {
+            if s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok() {
+                if invalidated.is_some() {
+                    Counters::bump(&self.counters.remote_invs, 1);
+                    conn.mr_invalidated(idx);
+                }
+                return Ok(None);
+            }
+        }
         // A command that still waits for something past its response (its
         // SEND's or a Data-Out's completion, or a LOCAL_INV) needs a
         // reference to hold it once libiscsi has the response. It is taken

@@ -616,6 +616,28 @@ pub(crate) fn response(w: Word, r: &Response) -> Result<Step, Violation> {
     Ok(s)
 }
 
+/// The word [`response`] makes of `w` when `r` ends the command at once,
+/// with nothing to do and no reference held or taken: `Some` if `r` is
+/// the awaited response of `w`'s command (its ITT, every bit), the post
+/// is known, no SEND, Data-Out or LOCAL_INV is pending, no reference is
+/// held, and the command gave no key, or `r` invalidated exactly the one
+/// it gave with Send with Invalidate agreed. `None` when [`response`]
+/// must decide (and refuse, if it does).
+pub(crate) const fn response_completes(w: Word, r: &Response) -> Option<Word> {
+    let rest = w.0 & (PENDING | REF);
+    // CAST: the ITT is the low 32 bits.
+    let own = w.0 & POSTED != 0 && (w.0 & ITT) as u32 == r.itt;
+    let ends = match r.invalidated {
+        Some(rkey) => rest == RSP | KEY && r.remote_inv && rkey == r.rkey,
+        None => rest == RSP,
+    };
+    if own && ends {
+        Some(Word(w.0 & !(RSP | KEY | LKEY)))
+    } else {
+        None
+    }
+}
+
 /// The slot's signaled LOCAL_INV completed (successfully): the key is
 /// invalid.
 pub(crate) fn inv_done(w: Word) -> Result<Step, Violation> {
@@ -1312,6 +1334,70 @@ mod tests {
             }
         }
         assert!(seen > 0);
+    }
+
+    #[test]
+    fn a_response_that_ends_its_command_completes_as_response_says() {
+        // Pseudo-random consistent words and responses for them (their own
+        // ITT or another, invalidating the given key, another or none,
+        // Send with Invalidate agreed or not): where `response_completes`
+        // answers, it is `response`'s word, completing, no reference.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut seen_inv, mut seen_none) = (0, 0);
+        for _ in 0..400_000 {
+            let raw = next();
+            // Half the words are of the common shapes: a posted command
+            // waiting only for its response, with or without a key.
+            let raw = match raw % 4 {
+                0 => POSTED | RSP | KEY | (raw >> 32),
+                1 => POSTED | RSP | (raw >> 32),
+                _ => raw & !(0xff << 48),
+            };
+            let w = Word::from_raw(raw);
+            if !w.is_consistent() {
+                continue;
+            }
+            let pick = next();
+            // CAST: the low 32 bits.
+            let itt = if pick & 1 == 0 {
+                raw as u32
+            } else {
+                pick as u32 >> 1
+            };
+            let invalidated = match pick >> 40 & 3 {
+                0 => None,
+                1 => Some(RKEY + 1),
+                _ => Some(RKEY),
+            };
+            let r = Response {
+                itt,
+                invalidated,
+                rkey: RKEY,
+                remote_inv: pick >> 44 & 3 != 0,
+            };
+            if let Some(n) = response_completes(w, &r) {
+                if invalidated.is_some() {
+                    seen_inv += 1;
+                } else {
+                    seen_none += 1;
+                }
+                assert_eq!(
+                    response(w, &r),
+                    Ok(Step {
+                        word: n,
+                        action: Action::Complete,
+                        task_ref: RefOp::Keep,
+                    })
+                );
+            }
+        }
+        assert!(seen_inv > 0 && seen_none > 0);
     }
 
     #[test]
