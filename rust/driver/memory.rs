@@ -424,6 +424,7 @@ impl Cmds {
     /// The command is the task's, on the slot `claim` holds (its index
     /// is the task's). Returns the slot and the word published, for
     /// [`Cmds::posted`].
+    #[inline(always)]
     pub(super) fn hold_command(
         &self,
         claim: &CmdClaim<'_, IserConn>,
@@ -484,7 +485,7 @@ impl Cmds {
     /// ([`slot::posted_untouched`]); else [`slot::posted`] is applied to
     /// the word found, and what waited for the post (a response that came
     /// in the window: its LOCAL_INV, or its completion) goes now.
-    #[inline]
+    #[inline(always)]
     pub(super) fn posted(&self, conn: &Connection<IserConn>, p: Published<'_>) -> Done {
         let next = slot::posted_untouched(p.word);
         if p.slot.word.cmpxchg(p.word.raw(), next.raw(), Full).is_ok() {

@@ -261,6 +261,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// mapped again while the registration lives. `EBUSY` too while the
     /// slot's last signaled SEND (which may read through the MR) has not
     /// completed.
+    #[inline(always)]
     pub(crate) fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         // (Mapped before the post: the tag is not this claim's yet.)
         if self.mapped.replace(true) || !self.tag.idle() {
@@ -273,6 +274,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
 
     /// Posts the command `p`, once (`EBUSY` after). On error, says whether
     /// the registration went out.
+    #[inline(always)]
     pub(crate) fn post(&self, p: &CmdPost<'_>) -> core::result::Result<(), CmdRefused> {
         if self.posted.replace(true) {
             return Err(CmdRefused::before(EBUSY));
@@ -331,7 +333,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// Fills in the slot's SEND for `send`, taking the slot's tag if it is
     /// signaled (`EBUSY` while its last signaled SEND has not completed);
     /// says whether it is.
-    #[inline]
+    #[inline(always)]
     fn fill_send(&self, w: &mut Wrs, send: &CmdSend<'_>) -> Result<bool> {
         let conn = self.conn;
         let signaled = matches!(

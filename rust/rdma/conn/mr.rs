@@ -95,6 +95,7 @@ impl MrSlot {
     ///
     /// The caller holds the MR's claim and maps it no more while the
     /// returned registration lives.
+    #[inline(always)]
     pub(super) unsafe fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         // Known invalid before anything is mapped: on rxe and siw a remap
         // rewrites the page list, iova and length in place, so a
