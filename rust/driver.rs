@@ -434,6 +434,7 @@ impl TransportOps for Iser {
         Ok(())
     }
 
+    #[inline(always)]
     fn xmit_task(ep: ArcBorrow<'_, IserConn>, task: &mut XmitTask<'_, Self>) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {

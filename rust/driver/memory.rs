@@ -349,7 +349,7 @@ impl Cmds {
     /// another PDU). Most often the response is still to come, and one
     /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]);
     /// else [`slot::send_done`] decides.
-    #[inline]
+    #[inline(always)]
     pub(super) fn send_completed(&self, conn: &Connection<IserConn>, idx: u32) -> Option<Done> {
         let s = self.slots.get(usize::from_safe_cast(idx))?;
         let cur = s.word();
@@ -407,6 +407,7 @@ impl Cmds {
     /// last command owes nothing). Asked before anything is mapped into
     /// the slot's MR: a remap while the last command's key is valid would
     /// hand that key the new command's pages.
+    #[inline(always)]
     pub(super) fn check_quiet(&self, idx: u32) -> Result {
         let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
         if s.word().quiet() {

@@ -54,6 +54,7 @@ use kernel::{
 /// Handles one receive (softirq): validate, hand to libiscsi, repost.
 /// The PDU is read in place, in the receive buffer, which is not
 /// posted again (so not written) until the repost ends the read.
+#[inline(always)]
 pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<'_, IserConn>) {
     if let Err(why) = deliver(ep, rcu, res, rx.bytes(), rx.wc()) {
         ep.fail(why);
@@ -69,6 +70,7 @@ pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<
     }
 }
 
+#[inline(always)]
 fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
     let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
         Ok(p) => p,
@@ -117,6 +119,7 @@ pub(super) fn slot_of(itt: u32) -> u32 {
 }
 
 /// Hands the PDU to libiscsi.
+#[inline(always)]
 fn hand_on(ep: &IserConn, rcu: &rcu::Guard, bhs: &[u8; BHS_LEN], data: &[u8]) -> FailResult {
     match ep.bound.with_in(rcu, |c| c.complete_pdu(bhs, data)) {
         Some(Err(_)) => Err(Failure::LibiscsiRejected),
@@ -296,6 +299,7 @@ impl QpHandler for IserConn {
         }
     }
 
+    #[inline(always)]
     fn recv_done(&self, rx: Received<'_, Self>) {
         // One read section for the whole receive (the callback's): the
         // resources and, once the PDU is checked, libiscsi's connection.

@@ -333,6 +333,7 @@ fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
 ///
 /// `dir` and `len` are the task's direction and data length, which the
 /// caller read.
+#[inline(always)]
 pub(super) fn command(
     res: &Res,
     task: &mut XmitTask<'_, Iser>,
@@ -413,7 +414,9 @@ pub(super) fn command(
     // now. The reference it took is not the last: the layer's guard
     // holds the task for this call.
     let done = res.cmds.posted(&res.conn, published);
-    drop(done.task);
+    if let Some(t) = done.task {
+        drop(t);
+    }
     let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
     if let Some(bhs) = hdrs.last_chunk() {
         trace::pdu_sent(res.trace_id, bhs, stag);
@@ -461,7 +464,7 @@ fn plan_command(
 
 /// The iSER header that gives the target the STag and address of the
 /// registration `reg` the plan advertises.
-#[inline]
+#[inline(always)]
 fn advertise(advert: Advert, reg: Option<&Registration<'_>>) -> IserHeader {
     let mut iser = IserHeader::default();
     if let Some(r) = reg {
@@ -738,6 +741,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
 /// What the events of a completion leave to do: the connection's
 /// failure, the reference of a command they ended, a held TMF
 /// Response they released.
+#[inline(always)]
 fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
     // (The send tag, if any, was released by the caller.)
     if let Some(d) = ev {

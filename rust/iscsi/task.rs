@@ -986,6 +986,7 @@ impl ConnSlot {
     /// As [`ConnSlot::with`], inside the caller's RCU read section (`rcu`
     /// proves one is held for as long as the borrow), which saves a second,
     /// nested one.
+    #[inline]
     pub(crate) fn with_in<R>(&self, _rcu: &rcu::Guard, f: impl FnOnce(&Conn) -> R) -> Option<R> {
         let p = self.conn.load(Ordering::Acquire);
         // SAFETY: A non-null pointer loaded inside the read section (held

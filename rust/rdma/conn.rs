@@ -517,6 +517,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
 
     /// Takes MR `mr` for exclusive use until the returned claim is
     /// dropped; `EBUSY` while another claim holds it.
+    #[inline]
     fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
         let slot = self.mr(mr).ok_or(EINVAL)?;
         slot.claimed

@@ -221,6 +221,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Claims command slot `idx`: `EBUSY` while another claim holds it.
     /// The slot's send tag is taken by a signaled post
     /// ([`CmdClaim::post`]).
+    #[inline(always)]
     pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
         let slot = self.cmd(idx).ok_or(EINVAL)?;
         let tag = self
@@ -481,6 +482,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
 }
 
 impl<H: CmHandler + QpHandler> Drop for CmdClaim<'_, H> {
+    #[inline]
     fn drop(&mut self) {
         if self.tag_held.get() {
             // INVARIANT: the tag is given back once, by its holder.

@@ -373,7 +373,7 @@ impl DmaBuf {
 
     /// Copies `src` into the buffer at `off` and makes it visible to the
     /// device.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&self, off: usize, src: &[u8]) -> Result {
         let end = off.checked_add(src.len()).ok_or(EINVAL)?;
         if end > self.len {

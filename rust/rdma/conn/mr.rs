@@ -152,6 +152,7 @@ impl MrSlot {
 }
 
 impl Drop for MrClaim<'_> {
+    #[inline]
     fn drop(&mut self) {
         // INVARIANT: the claim taken in `claim_mr` is given back once.
         self.slot.claimed.store(false, Ordering::Release);

@@ -220,6 +220,7 @@ impl RecvSlot {
     ///
     /// `qp` as in [`RecvSlot::post`]; the caller moved the slot to
     /// `POSTED` (so it alone posts it now) and no [`Received`] of it lives.
+    #[inline(always)]
     unsafe fn post_now(&self, qp: *mut bindings::ib_qp) -> Result {
         // A `Received` calls this inside its callback's read-side section
         // (see `close`).
