@@ -1164,6 +1164,24 @@ pub(crate) mod model {
         if !w.is_consistent() {
             return Ok(());
         }
+        // The shortcuts the driver takes for the common events agree with
+        // the general transitions.
+        let shortcut = match ev {
+            Event::SendDone => super::send_done_waits(w).map(|n| (n, Action::Wait)),
+            Event::Response(resp) => {
+                super::response_completes(w, resp).map(|n| (n, Action::Complete))
+            }
+            _ => None,
+        };
+        if let Some((word, action)) = shortcut {
+            if r != Ok(Step {
+                word,
+                action,
+                task_ref: RefOp::Keep,
+            }) {
+                return Err("a shortcut disagrees with its transition");
+            }
+        }
         let Ok(s) = r else {
             return Ok(());
         };
