@@ -85,8 +85,8 @@ use kernel::{
 /// A post publishes the quiet word with a release store (after the LUN and
 /// key it orders: see [`Cmds::hold_command`]); every other event moves it
 /// with a fully ordered compare-and-exchange (a full barrier before and
-/// after, as the kernel's value-returning atomics are), and the TMF path sets its flag with a fully ordered exchange before it
-/// reads the words: a completion that clears a command's last pending bit,
+/// after, as the kernel's value-returning atomics are), and the TMF path
+/// sets its flag with a fully ordered exchange before it reads the words: a completion that clears a command's last pending bit,
 /// then looks whether a TMF Response is held, and the TMF path, which holds
 /// one, then looks at the words, cannot both miss the other (see
 /// [`Cmds::events_done`]).
