@@ -25,6 +25,7 @@ pub(crate) use device::{
 };
 pub(crate) use event::AsyncEvent;
 pub(crate) use verbs::{
+    post_result,
     Cq,
     Pd,
     PollContext, //

@@ -18,6 +18,7 @@ use super::{
         CmId,
         CmIdRef, //
     },
+    post_result,
     AsyncEvent,
     Cq,
     Device,
@@ -642,7 +643,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `destroy_qp` needs `&mut self`); the request and the MR it names
         // outlive the call; its `num_sge` entries of `sges` were written
         // above.
-        let r = to_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad) });
+        let r =
+            post_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad) });
         if r.is_err() {
             Self::not_taken(tag, inv_before);
         }

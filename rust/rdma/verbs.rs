@@ -19,6 +19,25 @@ use kernel::{
     sync::Arc, //
 };
 
+/// What `ib_post_send` or `ib_post_recv` returned, as a `Result`: inline,
+/// unlike `to_result`, on the path of every I/O; the error is made out of
+/// line, where it is rare.
+#[inline(always)]
+pub(crate) fn post_result(r: c_int) -> Result {
+    if r >= 0 {
+        Ok(())
+    } else {
+        Err(post_error(r))
+    }
+}
+
+/// The error of a post the provider refused (`r`, a negative errno).
+#[cold]
+#[inline(never)]
+fn post_error(r: c_int) -> Error {
+    Error::from_errno(r)
+}
+
 /// A protection domain (`struct ib_pd`).
 ///
 /// # Invariants

@@ -36,6 +36,7 @@ use crate::{
     kernel_ext::sg, //
     rdma::{
         cm::CmHandler,
+        post_result,
         Pd, //
     },
 };
@@ -49,7 +50,6 @@ use core::{
 };
 use kernel::num::casts::FromSafeCast;
 use kernel::{
-    error::to_result,
     prelude::*,
     sync::SetOnce, //
 };
@@ -317,7 +317,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         // posting. Each request's `num_sge` entries were written by
         // `fill_send` and `fill_reg`.
         let r =
-            to_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
+            post_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
         if refuse_send {
             w.reg.wr.next = &raw mut w.send;
         }

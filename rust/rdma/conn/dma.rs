@@ -430,8 +430,11 @@ pub(super) const WORD: usize = core::mem::size_of::<usize>();
 
 /// Copies `len` bytes from `src` to `dst`, storing into `dst` only with
 /// volatile writes (bytes up to `dst`'s first word boundary, then aligned
-/// words, then bytes), so that a racing access to `dst` from another CPU,
-/// itself volatile, is no data race.
+/// words, four at a time while four are left, then the rest in aligned
+/// pieces of 4, 2 and 1 bytes), so that a racing access to `dst` from
+/// another CPU, itself volatile, is no data race. (A PDU's 76 headers
+/// bytes to a cache-aligned buffer: two rounds of four words, one word,
+/// and four bytes.)
 ///
 /// # Safety
 ///
@@ -440,21 +443,44 @@ pub(super) const WORD: usize = core::mem::size_of::<usize>();
 /// with volatile accesses (or by a device) during the call.
 pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) {
     let head = ((WORD - dst.addr() % WORD) % WORD).min(len);
-    let words = (len - head) / WORD;
-    // SAFETY: Every offset is below `len`: `head + words * WORD <= len`.
-    // Word stores are at `dst`'s word-aligned addresses; the word loads
+    let mut rem = len - head;
+    // SAFETY: Every access is inside the `len` bytes: `d` and `s` move on
+    // by what was copied, and each step checks that `rem`, what is left,
+    // holds what it moves. Past `head`, `d` is word-aligned, and stays
+    // aligned for each smaller piece, taken in decreasing size; the loads
     // from `src` may be unaligned and are done as such.
     unsafe {
         for i in 0..head {
             dst.add(i).write_volatile(src.add(i).read());
         }
-        for w in 0..words {
-            let i = head + w * WORD;
-            let v = src.add(i).cast::<usize>().read_unaligned();
-            dst.add(i).cast::<usize>().write_volatile(v);
+        let (mut d, mut s) = (dst.add(head), src.add(head));
+        let word = |d: *mut u8, s: *const u8, i: usize| {
+            let v = s.add(i).cast::<usize>().read_unaligned();
+            d.add(i).cast::<usize>().write_volatile(v);
+        };
+        while rem >= 4 * WORD {
+            word(d, s, 0);
+            word(d, s, WORD);
+            word(d, s, 2 * WORD);
+            word(d, s, 3 * WORD);
+            (d, s, rem) = (d.add(4 * WORD), s.add(4 * WORD), rem - 4 * WORD);
         }
-        for i in head + words * WORD..len {
-            dst.add(i).write_volatile(src.add(i).read());
+        while rem >= WORD {
+            word(d, s, 0);
+            (d, s, rem) = (d.add(WORD), s.add(WORD), rem - WORD);
+        }
+        if rem >= 4 {
+            let v = s.cast::<u32>().read_unaligned();
+            d.cast::<u32>().write_volatile(v);
+            (d, s, rem) = (d.add(4), s.add(4), rem - 4);
+        }
+        if rem >= 2 {
+            let v = s.cast::<u16>().read_unaligned();
+            d.cast::<u16>().write_volatile(v);
+            (d, s, rem) = (d.add(2), s.add(2), rem - 2);
+        }
+        if rem > 0 {
+            d.write_volatile(s.read());
         }
     }
 }
@@ -664,18 +690,18 @@ mod tests {
 
     /// The volatile copy moves exactly the `len` bytes asked for, and
     /// nothing around them, at every alignment of either side and every
-    /// length up to a few words.
+    /// length up to ten words (two rounds of four, then the rest).
     #[test]
     fn volatile_copy_moves_exactly_the_bytes_asked_for() {
-        const N: usize = 4 * WORD + 8;
+        const N: usize = 11 * WORD + 8;
         // CAST: indexes below 256.
         let src: [u8; N] = core::array::from_fn(|i| i as u8 + 1);
         for so in 0..WORD {
             for d in 0..WORD {
-                for len in 0..=3 * WORD {
+                for len in 0..=10 * WORD {
                     let mut dst = [0u8; N];
                     // SAFETY: `so + len` and `d + len` are at most
-                    // `4 * WORD - 2`, inside both arrays, which are
+                    // `11 * WORD - 2`, inside both arrays, which are
                     // distinct locals accessed by nothing else.
                     unsafe {
                         copy_to_volatile(dst.as_mut_ptr().add(d), src.as_ptr().add(so), len);
