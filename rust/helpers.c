@@ -187,6 +187,11 @@ __riser_helper int riser_iscsi_lock_context(void)
 	return softirq_count() ? 0 : 1;
 }
 
+__riser_helper bool riser_iscsi_locked_here(void)
+{
+	return this_cpu_read(riser_iscsi_locked) != 0;
+}
+
 __riser_helper void riser_local_bh_disable(void)
 {
 	local_bh_disable();

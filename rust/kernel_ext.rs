@@ -10,4 +10,5 @@ pub(crate) mod registry;
 pub(crate) mod scsi;
 pub(crate) mod sg;
 pub(crate) mod sockaddr;
+pub(crate) mod softirq;
 pub(crate) mod wq;

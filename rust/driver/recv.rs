@@ -18,6 +18,7 @@ use super::{
 use crate::{
     fault,
     iscsi::ITT_INDEX_MASK,
+    kernel_ext::softirq::InSoftirq,
     proto::{
         login,
         pdu::{
@@ -56,7 +57,7 @@ use kernel::{
 /// posted again (so not written) until the repost ends the read.
 #[inline(always)]
 pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<'_, IserConn>) {
-    if let Err(why) = deliver(ep, rcu, res, rx.bytes(), rx.wc()) {
+    if let Err(why) = deliver(ep, rcu, rx.softirq(), res, rx.bytes(), rx.wc()) {
         ep.fail(why);
     }
     // The login receive (tag 0) is posted anew for each login request.
@@ -71,7 +72,14 @@ pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<
 }
 
 #[inline(always)]
-fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> FailResult {
+fn deliver(
+    ep: &IserConn,
+    rcu: &rcu::Guard,
+    softirq: Option<&InSoftirq>,
+    res: &Res,
+    bytes: &[u8],
+    wc: Wc,
+) -> FailResult {
     let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
         Ok(p) => p,
         Err(e) => return Err(malformed(wc.byte_len, e)),
@@ -100,7 +108,7 @@ fn deliver(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: Wc) -> 
                 ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
             });
     let r = done_ref.and_then(|done_ref| {
-        let r = hand_on(ep, rcu, bhs, data);
+        let r = hand_on(ep, rcu, softirq, bhs, data);
         // libiscsi has completed the command (or refused the response):
         // the task is freed once this last reference goes.
         drop(done_ref);
@@ -118,10 +126,20 @@ pub(super) fn slot_of(itt: u32) -> u32 {
     u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
 }
 
-/// Hands the PDU to libiscsi.
+/// Hands the PDU to libiscsi (in the receive's softirq, `softirq`, as
+/// ib_core reports receives).
 #[inline(always)]
-fn hand_on(ep: &IserConn, rcu: &rcu::Guard, bhs: &[u8; BHS_LEN], data: &[u8]) -> FailResult {
-    match ep.bound.with_in(rcu, |c| c.complete_pdu(bhs, data)) {
+fn hand_on(
+    ep: &IserConn,
+    rcu: &rcu::Guard,
+    softirq: Option<&InSoftirq>,
+    bhs: &[u8; BHS_LEN],
+    data: &[u8],
+) -> FailResult {
+    match ep.bound.with_in(rcu, |c| match softirq {
+        Some(s) => c.complete_pdu_in(s, bhs, data),
+        None => c.complete_pdu(bhs, data),
+    }) {
         Some(Err(_)) => Err(Failure::LibiscsiRejected),
         _ => Ok(()),
     }
@@ -261,7 +279,7 @@ fn deliver_other(
             }
         }
     }
-    hand_on(ep, rcu, bhs.bytes(), data)
+    hand_on(ep, rcu, None, bhs.bytes(), data)
 }
 
 /// A receive (`recv`) or a send completed in error: flushed at

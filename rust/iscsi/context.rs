@@ -62,6 +62,15 @@ pub(super) fn may_lock() -> bool {
     lock_context() >= 0
 }
 
+/// Whether this CPU is inside a [`LockedCallback`]: all that [`may_lock`]
+/// checks in a softirq handler, where bottom halves are off and
+/// interrupts on by the handler's nature.
+#[inline(always)]
+pub(super) fn locked_here() -> bool {
+    // SAFETY: No arguments; it reads this CPU's mark.
+    unsafe { bindings::riser_iscsi_locked_here() }
+}
+
 /// As [`may_lock`], saying how: negative where the session locks may not
 /// be taken, 0 where they may with bottom halves off already (softirq
 /// context, or turned off), 1 where they may once bottom halves are off.
@@ -142,19 +151,21 @@ mod tests {
     #[test]
     fn a_locked_callback_refuses_the_session_locks() {
         // A test runs in process context, interrupts on, nothing marked.
-        assert!(may_lock() && bh_lock_allowed());
+        assert!(may_lock() && bh_lock_allowed() && !locked_here());
         {
             let _outer = LockedCallback::enter();
             let inner = LockedCallback::enter();
             assert!(!may_lock());
+            // What a softirq handler checks sees the mark too.
+            assert!(locked_here());
             assert!(BhOff::if_may_lock().is_none());
             // A put may still take the back_lock (libiscsi's own order).
             assert!(bh_lock_allowed());
             drop(inner);
             // Nested marks count.
-            assert!(!may_lock());
+            assert!(!may_lock() && locked_here());
         }
-        assert!(may_lock());
+        assert!(may_lock() && !locked_here());
         let bh = BhOff::if_may_lock();
         assert!(bh.is_some());
         // Bottom halves off: the session locks may still be taken.

@@ -11,7 +11,8 @@ use super::{
 };
 use crate::{
     bindings,
-    kernel_ext::sg::SgMapping, //
+    kernel_ext::sg::SgMapping,
+    kernel_ext::softirq::InSoftirq, //
 };
 use core::{
     cell::{
@@ -800,10 +801,46 @@ impl Conn {
     /// halves off around it, and `EDEADLK` refuses it where those locks
     /// cannot be taken (inside `init_task` or `xmit_task`, which run under
     /// `frwd_lock`, in a hard interrupt or with interrupts off).
+    #[inline(never)]
     pub(crate) fn complete_pdu(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
-        // libiscsi only reads the header: it is handed over in place when
-        // aligned as an `iscsi_hdr` (a receive buffer's BHS is), else as a
-        // copy.
+        let bh = BhOff::if_may_lock().ok_or(EDEADLK)?;
+        // SAFETY: Bottom halves are off, and this CPU is not inside a
+        // callback that libiscsi runs under a session lock, in a hard
+        // interrupt or with interrupts off (`bh`).
+        let r = unsafe { self.complete_pdu_unchecked(hdr, data) };
+        drop(bh);
+        r
+    }
+
+    /// As [`Conn::complete_pdu`], in a softirq handler (`_softirq`): bottom
+    /// halves are off, interrupts on, so only the mark of a callback that
+    /// libiscsi runs under a session lock is checked (`EDEADLK` there).
+    #[inline(always)]
+    pub(crate) fn complete_pdu_in(
+        &self,
+        _softirq: &InSoftirq,
+        hdr: &[u8; BHS_LEN],
+        data: &[u8],
+    ) -> Result {
+        if context::locked_here() {
+            return Err(EDEADLK);
+        }
+        // SAFETY: As in `complete_pdu`: bottom halves are off and
+        // interrupts on (`_softirq`), and this CPU is not inside a
+        // callback that libiscsi runs under a session lock (checked just
+        // above).
+        unsafe { self.complete_pdu_unchecked(hdr, data) }
+    }
+
+    /// Hands a received PDU to libiscsi, the header in place if aligned.
+    ///
+    /// # Safety
+    ///
+    /// Bottom halves are off and interrupts on, outside a hard interrupt
+    /// or NMI, and not inside a callback libiscsi runs under a session
+    /// lock.
+    #[inline(always)]
+    unsafe fn complete_pdu_unchecked(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
         let mut copy = bindings::iscsi_hdr::default();
         let h = if hdr.as_ptr().cast::<bindings::iscsi_hdr>().is_aligned() {
             hdr.as_ptr().cast::<bindings::iscsi_hdr>().cast_mut()
@@ -815,20 +852,16 @@ impl Conn {
             &raw mut copy
         };
         let len = c_int::try_from(data.len())?;
-        let bh = BhOff::if_may_lock().ok_or(EDEADLK)?;
         // SAFETY: The connection is live (type invariant); `h` points to
-        // an `iscsi_hdr` (`BHS_LEN` is its size), the
-        // caller's header, aligned, or its copy, which libiscsi only reads
+        // an `iscsi_hdr` (`BHS_LEN` is its size), the caller's header,
+        // aligned, or its copy, which libiscsi only reads
         // (`__iscsi_complete_pdu` and what it calls read the header and
-        // keep none of it); libiscsi copies
-        // what it keeps of `data`, which it only reads. Bottom halves are
-        // off, and this CPU is not inside a callback that libiscsi runs
-        // under a session lock (`bh`), the only code of the transport's
-        // that runs with one held.
+        // keep none of it); libiscsi copies what it keeps of `data`,
+        // which it only reads. The context is one where libiscsi's session
+        // locks may be taken (function contract).
         let rc = unsafe {
             bindings::iscsi_complete_pdu(self.ptr.as_ptr(), h, data.as_ptr().cast_mut().cast(), len)
         };
-        drop(bh);
         // CAST: the error codes are small positive numbers.
         if rc != 0 && rc != bindings::iscsi_err_ISCSI_ERR_NO_SCSI_CMD as c_int {
             return Err(EPROTO);
@@ -986,7 +1019,7 @@ impl ConnSlot {
     /// As [`ConnSlot::with`], inside the caller's RCU read section (`rcu`
     /// proves one is held for as long as the borrow), which saves a second,
     /// nested one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with_in<R>(&self, _rcu: &rcu::Guard, f: impl FnOnce(&Conn) -> R) -> Option<R> {
         let p = self.conn.load(Ordering::Acquire);
         // SAFETY: A non-null pointer loaded inside the read section (held

@@ -30,6 +30,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::softirq::InSoftirq,
 };
 use core::{
     mem::MaybeUninit,
@@ -711,10 +712,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let h: &H = &h;
         // Held around the handler: its reposts go inside (`RecvSlot::close`).
         let rcu = rcu::read_lock();
+        // SAFETY: A connection's CQ is polled in softirq (`PollContext`
+        // has no other kind), so ib_core runs this callback from its
+        // irq_poll softirq handler; the value is this frame's, lent out by
+        // reference (in `rx`, which goes with the handler), and gone when
+        // the callback returns.
+        let softirq = unsafe { InSoftirq::new() };
         // SAFETY: The slot's receive completed with `w` on `qp`, valid while
         // its completion is handled; one completion per posted receive, so
         // no other `Received` of the slot lives.
-        let rx = unsafe { Received::new(slot, qp, h, &rcu, w) };
+        let rx = unsafe { Received::new(slot, qp, h, &rcu, Some(&softirq), w) };
         h.recv_done(rx);
         drop(rcu);
     }

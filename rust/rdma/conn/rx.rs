@@ -27,6 +27,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::softirq::InSoftirq,
     rdma::device::DeviceRef, //
 };
 use core::{
@@ -293,12 +294,14 @@ impl RecvSlot {
 /// unless the slot has no buffer: then nothing is posted, and `qp` never
 /// used.
 /// `rcu` is the read-side section the completion callback holds around
-/// the handler, inside which every repost of this value goes.
+/// the handler, inside which every repost of this value goes. `softirq`,
+/// if set, is the proof of the callback, which ib_core runs in softirq.
 pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
     slot: &'a RecvSlot,
     qp: NonNull<bindings::ib_qp>,
     handler: &'a H,
     rcu: &'a rcu::Guard,
+    softirq: Option<&'a InSoftirq>,
     wc: Wc,
     len: usize,
 }
@@ -315,6 +318,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         qp: NonNull<bindings::ib_qp>,
         handler: &'a H,
         rcu: &'a rcu::Guard,
+        softirq: Option<&'a InSoftirq>,
         wc: Wc,
     ) -> Self {
         // The device is done writing: its receive completed.
@@ -337,6 +341,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
             qp,
             handler,
             rcu,
+            softirq,
             wc,
             len,
         }
@@ -346,6 +351,14 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
     /// handler's own RCU-protected reads.
     pub(crate) fn rcu(&self) -> &'a rcu::Guard {
         self.rcu
+    }
+
+    /// The proof that the completion is handled in softirq, as ib_core
+    /// handles every completion of a connection's CQ (`None` where a
+    /// receive is reported otherwise: the KUnit tests).
+    #[inline(always)]
+    pub(crate) fn softirq(&self) -> Option<&'a InSoftirq> {
+        self.softirq
     }
 
     /// The slot's tag.
@@ -494,11 +507,11 @@ mod tests {
         // for a valid QP: a repost stops at the closed flag or at the
         // missing buffer (`post_now`, `post_buf`) before `qp` is named.
         // No other `Received` of it lives.
-        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
         assert_eq!(rx.repost(), Err(EINVAL));
         slot.close();
         // SAFETY: As above.
-        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
         assert_eq!(rx.repost(), Err(ENOTCONN));
         // The slot is idle, and a post request is refused too.
         assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
@@ -519,7 +532,7 @@ mod tests {
             let qp = NonNull::<bindings::ib_qp>::dangling();
             let rcu = rcu::read_lock();
             // SAFETY: As in the test above.
-            let rx = unsafe { Received::new(&slot, qp, &h, &rcu, DONE) };
+            let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
             // SAFETY: The slot has no buffer: `post` does not name `qp`
             // (here it only defers, `rx` living).
             assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Ok(()));
