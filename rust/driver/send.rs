@@ -426,6 +426,8 @@ pub(super) fn command(
     } else {
         None
     };
+    // What the claim holds goes back here, on the common path, in line.
+    claim.release();
     Ok((unregistered, done.failure.or(broken)))
 }
 

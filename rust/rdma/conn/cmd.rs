@@ -481,13 +481,32 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     }
 }
 
-impl<H: CmHandler + QpHandler> Drop for CmdClaim<'_, H> {
-    #[inline]
-    fn drop(&mut self) {
+impl<H: CmHandler + QpHandler> CmdClaim<'_, H> {
+    /// Gives back what the claim holds, as dropping it does.
+    #[inline(always)]
+    pub(crate) fn release(self) {
+        self.give_back();
+        let mut this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is not used again, nor dropped (`ManuallyDrop`):
+        // the MR's claim is dropped once, here, and the tag was given back
+        // just above (`give_back`), as `drop` would.
+        unsafe { core::ptr::drop_in_place(&raw mut this.mr) };
+    }
+
+    #[inline(always)]
+    fn give_back(&self) {
         if self.tag_held.get() {
             // INVARIANT: the tag is given back once, by its holder.
             self.tag.release();
+            self.tag_held.set(false);
         }
+    }
+}
+
+impl<H: CmHandler + QpHandler> Drop for CmdClaim<'_, H> {
+    #[inline]
+    fn drop(&mut self) {
+        self.give_back();
         // The MR's claim goes with `mr`.
     }
 }
