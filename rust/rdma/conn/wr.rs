@@ -296,7 +296,19 @@ impl Tag {
     }
 
     /// Ends the tag's work request, releasing what it held.
+    #[inline]
     pub(super) fn release(&self) {
+        // A request that keeps nothing (a command's SEND, the common
+        // case): only its holder releases the tag, and a new holder takes
+        // it only from null, so nothing else writes `keep` meanwhile, and
+        // a store ends it, no locked exchange. (Were a tag released twice
+        // at once, a bug, that store could overwrite a later holder's
+        // set: leaked, never freed early.)
+        let dangling = NonNull::<DmaBufs>::dangling().as_ptr();
+        if self.keep.load(Ordering::Relaxed) == dangling {
+            self.keep.store(null_mut(), Ordering::Release);
+            return;
+        }
         let p = self.keep.swap(null_mut(), Ordering::AcqRel);
         if !p.is_null() && p != NonNull::<DmaBufs>::dangling().as_ptr() {
             // SAFETY: A non-null, non-dangling `keep` came from `into_raw`
