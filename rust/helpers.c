@@ -20,6 +20,7 @@
 #include <scsi/scsi_transport_iscsi.h>
 
 #include "riser_helpers.h"
+#include "riser_trace.h"
 
 /*
  * Where Kbuild links these into the crate as LLVM bitcode (a kernel with
@@ -220,4 +221,18 @@ __riser_helper void riser_kunit_skip(const char *reason)
 __riser_helper struct workqueue_struct *riser_alloc_workqueue(const char *name)
 {
 	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
+}
+
+/*
+ * Whether a tracepoint is on: a static branch, so that an event that is off
+ * costs its caller no call (inlined where these are linked as bitcode).
+ */
+__riser_helper bool riser_trace_pdu_send_enabled(void)
+{
+	return trace_riser_pdu_send_enabled();
+}
+
+__riser_helper bool riser_trace_pdu_recv_enabled(void)
+{
+	return trace_riser_pdu_recv_enabled();
 }

@@ -2,8 +2,9 @@
 
 //! riser's tracepoints (trace system `riser`, defined in
 //! include/riser_trace.h): PDUs sent and received, completion errors and
-//! connection state changes. A tracepoint that is off costs a call and a
-//! static branch.
+//! connection state changes. A PDU event that is off costs a static
+//! branch (inlined where the helpers are linked as bitcode); the others a
+//! call and a static branch.
 //!
 //! A connection is named by an address (`conn`, which the trace shows
 //! hashed, as `%p` does): the same value in every event of one connection.
@@ -25,17 +26,25 @@ fn ptr(conn: usize) -> *const c_void {
 }
 
 /// A PDU was posted: its BHS and the STag the target was given (0: none).
+#[inline(always)]
 pub(crate) fn pdu_sent(conn: usize, bhs: &[u8; BHS_LEN], rkey: u32) {
-    // SAFETY: `bhs` is valid for its 48 bytes during the call; the
-    // connection's address is only recorded, never dereferenced.
-    unsafe { bindings::riser_trace_pdu_send(ptr(conn), bhs.as_ptr(), rkey) }
+    // SAFETY: No arguments; it reads the tracepoint's static key.
+    if unsafe { bindings::riser_trace_pdu_send_enabled() } {
+        // SAFETY: `bhs` is valid for its 48 bytes during the call; the
+        // connection's address is only recorded, never dereferenced.
+        unsafe { bindings::riser_trace_pdu_send(ptr(conn), bhs.as_ptr(), rkey) }
+    }
 }
 
 /// A PDU was received: its BHS and the STag the target invalidated with it
 /// (0: none).
+#[inline(always)]
 pub(crate) fn pdu_received(conn: usize, bhs: &[u8; BHS_LEN], invalidated: u32) {
     // SAFETY: As in `pdu_sent`.
-    unsafe { bindings::riser_trace_pdu_recv(ptr(conn), bhs.as_ptr(), invalidated) }
+    if unsafe { bindings::riser_trace_pdu_recv_enabled() } {
+        // SAFETY: As in `pdu_sent`.
+        unsafe { bindings::riser_trace_pdu_recv(ptr(conn), bhs.as_ptr(), invalidated) }
+    }
 }
 
 /// A work request completed with an error (flushes included).
