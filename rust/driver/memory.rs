@@ -337,13 +337,6 @@ impl Cmds {
         &self.track
     }
 
-    /// Whether the command on slot `idx` waits for its SEND's completion.
-    pub(super) fn send_due(&self, idx: u32) -> bool {
-        self.slots
-            .get(usize::from_safe_cast(idx))
-            .is_some_and(|s| s.word().send_due())
-    }
-
     /// The command SEND of slot `idx` completed (successfully), if the
     /// slot's command waits for it (`None` if not: the slot's tag carried
     /// another PDU). Most often the response is still to come, and one

@@ -705,14 +705,14 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
         }
         // A command SEND: nothing else is posted on a slot's tag while
         // its command waits for that (a command's signaled SEND needs
-        // an idle tag, and its task holds the slot).
-        Some(SendTag::Slot(idx)) if res.cmds.send_due(idx) => {
-            if wc.ok() {
-                res.cmds.send_completed(&res.conn, idx)
-            } else {
-                None
-            }
-        }
+        // an idle tag, and its task holds the slot). If the command does
+        // not wait for it, the SEND was a control PDU's, whose reference
+        // the tag holds (as a failed completion's, which is no event of a
+        // command: a command SEND's tag holds none).
+        Some(SendTag::Slot(idx)) if wc.ok() => match res.cmds.send_completed(&res.conn, idx) {
+            Some(ev) => Some(ev),
+            None => return control_done(ep, &res, done),
+        },
         // The marker posted once the target hung up: every completion
         // before it, the receives of what the target sent last among them,
         // has been handled. The CM handler waits for this to fail the
@@ -723,21 +723,26 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             return after_events(ep, &res, None);
         }
         // A control PDU's, or an inline command's signaled SEND.
-        _ => {
-            let r = res
-                .cmds
-                .track()
-                .lock()
-                .send_completed(tag, Some(done.post()));
-            done.release();
-            drop(r);
-            return after_events(ep, &res, None);
-        }
+        _ => return control_done(ep, &res, done),
     };
     // The tag is free for the slot's next SEND before the command may
     // complete (and its slot be reused).
     done.release();
     after_events(ep, &res, ev);
+}
+
+/// A control PDU's SEND, or an inline command's signaled one, completed
+/// (`done`): the task reference its tag held, if any, goes once the tag
+/// is free.
+fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_>) {
+    let r = res
+        .cmds
+        .track()
+        .lock()
+        .send_completed(done.tag(), Some(done.post()));
+    done.release();
+    drop(r);
+    after_events(ep, res, None);
 }
 
 /// What the events of a completion leave to do: the connection's
@@ -751,7 +756,9 @@ fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
             ep.fail(why);
         }
         // Outside every lock: the last reference frees the task.
-        drop(d.task);
+        if let Some(t) = d.task {
+            drop(t);
+        }
     }
     if let Some(bhs) = res.cmds.events_done() {
         recv::deliver_held(ep, bhs);
