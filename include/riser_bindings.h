@@ -16,5 +16,6 @@
 #include <net/net_namespace.h>
 #include <linux/in6.h>
 #include <linux/netlink.h>
+#include <linux/percpu-refcount.h>
 
 #include "riser_helpers.h"

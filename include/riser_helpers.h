@@ -10,6 +10,7 @@
 #define RISER_HELPERS_H
 
 #include <linux/types.h>
+#include <linux/percpu-refcount.h>
 
 struct ib_device;
 struct ib_client;
@@ -99,6 +100,12 @@ void riser_fault_hold_posting(u32 itt);
 /* In a test build, ends that hold once a response for the command was handled. */
 void riser_fault_response_handled(u32 itt);
 
+/* Per-CPU reference counts (rust/rdma/device.rs: MapDevice). */
+int riser_percpu_ref_init(struct percpu_ref *ref, percpu_ref_func_t *release);
+void riser_percpu_ref_exit(struct percpu_ref *ref);
+void riser_percpu_ref_get(struct percpu_ref *ref);
+void riser_percpu_ref_put(struct percpu_ref *ref);
+void riser_percpu_ref_kill(struct percpu_ref *ref);
 /* Tracepoints (rust/trace.c, include/riser_trace.h). */
 void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);
 void riser_trace_pdu_recv(const void *conn, const u8 *bhs, u32 invalidated);

@@ -9,6 +9,7 @@
 #include <kunit/test-bug.h>
 #include <linux/bottom_half.h>
 #include <linux/percpu.h>
+#include <linux/percpu-refcount.h>
 #include <linux/preempt.h>
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
@@ -221,6 +222,32 @@ __riser_helper void riser_kunit_skip(const char *reason)
 __riser_helper struct workqueue_struct *riser_alloc_workqueue(const char *name)
 {
 	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
+}
+
+/* Per-CPU reference counts (rust/rdma/device.rs: MapDevice). */
+__riser_helper int riser_percpu_ref_init(struct percpu_ref *ref, percpu_ref_func_t *release)
+{
+	return percpu_ref_init(ref, release, 0, GFP_KERNEL);
+}
+
+__riser_helper void riser_percpu_ref_exit(struct percpu_ref *ref)
+{
+	percpu_ref_exit(ref);
+}
+
+__riser_helper void riser_percpu_ref_get(struct percpu_ref *ref)
+{
+	percpu_ref_get(ref);
+}
+
+__riser_helper void riser_percpu_ref_put(struct percpu_ref *ref)
+{
+	percpu_ref_put(ref);
+}
+
+__riser_helper void riser_percpu_ref_kill(struct percpu_ref *ref)
+{
+	percpu_ref_kill(ref);
 }
 
 /*

@@ -21,7 +21,8 @@ pub(crate) use device::{
     ClientRegistry,
     Device,
     DeviceCaps,
-    DeviceRef, //
+    DeviceRef,
+    MapDevice, //
 };
 pub(crate) use event::AsyncEvent;
 pub(crate) use verbs::{

@@ -17,7 +17,8 @@ use crate::{
         ClientRegistry,
         Device,
         DeviceCaps,
-        DeviceRef, //
+        DeviceRef,
+        MapDevice, //
     },
 };
 use kernel::{
@@ -36,6 +37,8 @@ use kernel::{
 pub(crate) struct DevCtx {
     pub(super) dev: DeviceRef,
     pub(super) caps: DeviceCaps,
+    /// The device's references for the commands' data mappings.
+    pub(super) map: MapDevice,
 }
 
 /// riser's per-device slot (the `ib_client` context): the device context,
@@ -69,6 +72,7 @@ impl DevUse {
                     DevCtx {
                         dev: slot.dev.clone(),
                         caps: slot.dev.device().caps(),
+                        map: MapDevice::new(&slot.dev)?,
                     },
                     GFP_KERNEL,
                 )?;

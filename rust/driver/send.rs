@@ -447,7 +447,7 @@ fn plan_command(
         Direction::Bidi => DataDir::Bidi,
     };
     if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
-        task.map_data(&res.dev.dev)?;
+        task.map_data(&res.dev.map)?;
     }
     plan::plan(&Command {
         dir,

@@ -257,6 +257,160 @@ impl Drop for DeviceRef {
     }
 }
 
+/// A device's references for DMA mappings, counted per CPU: taking one
+/// ([`MapDevice::get`]) and dropping it is a per-CPU add, with no locked
+/// instruction, where a [`DeviceRef`]'s clone is an atomic one. The device
+/// stays registered (one `DeviceRef` held) until this value and every
+/// [`MapRef`] taken from it are gone; dropping this value waits for none
+/// of them.
+///
+/// # Invariants
+///
+/// `inner` points to a [`MapInner`] that `MapDevice::new` allocated, whose
+/// `count` is initialised and holds one reference for this value and one
+/// for each live [`MapRef`]; once the count reaches zero (after this
+/// value's drop kills it), its release callback ([`map_released`]) frees
+/// it, and nothing else does.
+pub(crate) struct MapDevice {
+    inner: NonNull<MapInner>,
+}
+
+/// What a [`MapDevice`] and its [`MapRef`]s share: the count (first, so
+/// that the release callback finds the whole from it) and the device.
+#[repr(C)]
+struct MapInner {
+    count: Opaque<bindings::percpu_ref>,
+    dev: DeviceRef,
+}
+
+/// One reference on a [`MapDevice`]'s device, for a mapping.
+///
+/// # Invariants
+///
+/// `inner` is a live [`MapInner`] whose count holds one reference for
+/// this value.
+pub(crate) struct MapRef {
+    inner: NonNull<MapInner>,
+}
+
+// SAFETY: The count may be taken and dropped from any thread; the device
+// reference is `Send` and `Sync`.
+unsafe impl Send for MapDevice {}
+// SAFETY: As above: shared references only take references (per-CPU
+// adds, safe from any CPU) or read the device.
+unsafe impl Sync for MapDevice {}
+// SAFETY: As for `MapDevice`.
+unsafe impl Send for MapRef {}
+// SAFETY: As for `MapDevice`.
+unsafe impl Sync for MapRef {}
+
+impl MapDevice {
+    /// Mapping references on `dev`'s device (process context: it
+    /// allocates).
+    pub(crate) fn new(dev: &DeviceRef) -> Result<Self> {
+        let inner = KBox::new(
+            MapInner {
+                count: Opaque::uninit(),
+                dev: dev.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let p = KBox::into_raw(inner);
+        // SAFETY: `count` is storage of a live allocation, not yet
+        // initialised; the callback frees that allocation, which
+        // `KBox::into_raw` just gave up, once the count reaches zero.
+        let r = unsafe {
+            bindings::riser_percpu_ref_init(
+                Opaque::cast_into(&raw const (*p).count),
+                Some(map_released),
+            )
+        };
+        if r != 0 {
+            // SAFETY: `p` came from `KBox::into_raw` just above; the count
+            // was not initialised, so no callback will free it.
+            drop(unsafe { KBox::from_raw(p) });
+            return Err(Error::from_errno(r));
+        }
+        // INVARIANT: initialised just above, holding the initial reference,
+        // which is this value's.
+        Ok(Self {
+            // SAFETY: `KBox::into_raw` gives a non-null pointer.
+            inner: unsafe { NonNull::new_unchecked(p) },
+        })
+    }
+
+    /// A reference on the device for a mapping.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> MapRef {
+        // SAFETY: The count is initialised and, holding this value's
+        // reference, above zero (type invariant).
+        unsafe {
+            bindings::riser_percpu_ref_get(Opaque::cast_into(
+                &raw const (*self.inner.as_ptr()).count,
+            ))
+        };
+        // INVARIANT: taken just above.
+        MapRef { inner: self.inner }
+    }
+}
+
+impl Drop for MapDevice {
+    fn drop(&mut self) {
+        // SAFETY: The count is initialised and this value's reference is
+        // still held (type invariant): killing it drops that reference,
+        // once; the callback frees `inner` when the last `MapRef` goes.
+        unsafe {
+            bindings::riser_percpu_ref_kill(Opaque::cast_into(
+                &raw const (*self.inner.as_ptr()).count,
+            ))
+        };
+    }
+}
+
+impl MapRef {
+    /// The device.
+    #[inline(always)]
+    pub(super) fn raw(&self) -> *mut bindings::ib_device {
+        // SAFETY: `inner` is live while this reference is held (type
+        // invariant).
+        unsafe { (*self.inner.as_ptr()).dev.raw() }
+    }
+}
+
+impl Drop for MapRef {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: This value holds one reference (type invariant), dropped
+        // once; the last one frees `inner` (through `map_released`), which
+        // is not touched after.
+        unsafe {
+            bindings::riser_percpu_ref_put(Opaque::cast_into(
+                &raw const (*self.inner.as_ptr()).count,
+            ))
+        };
+    }
+}
+
+/// The release callback of a [`MapInner`]'s count: the last reference
+/// went (after the owner killed the count). Any context, as `percpu_ref`
+/// calls it where the last reference goes.
+///
+/// # Safety
+///
+/// Called by `percpu_ref` only, once, with the count of a `MapInner` that
+/// [`MapDevice::new`] allocated.
+unsafe extern "C" fn map_released(count: *mut bindings::percpu_ref) {
+    // SAFETY: `count` is the first field of a `MapInner` (`repr(C)`) that
+    // came from `KBox::into_raw` (function contract); no reference is left,
+    // so nothing else reaches it. `percpu_ref_exit` frees the per-CPU
+    // counters (allowed in atomic context) and nothing after it touches
+    // the count; then the device reference goes with the allocation.
+    unsafe {
+        bindings::riser_percpu_ref_exit(count);
+        drop(KBox::from_raw(count.cast::<MapInner>()));
+    }
+}
+
 /// What an `ib_client` does when devices come and go.
 pub(crate) trait ClientDriver: 'static + Sized {
     /// The per-device context made in [`ClientDriver::add`] and dropped after
@@ -556,5 +710,10 @@ impl<T: ClientDriver> PinnedDrop for Client<T> {
             bindings::ib_unregister_client(self.raw());
         }
         T::registry().client.store(null_mut(), Ordering::Release);
+        // A `MapDevice` killed last may still have its count's switch to
+        // atomic pending in an RCU callback, which calls `map_released`:
+        // done before the module (this code) can go.
+        // SAFETY: No arguments; process context (the client's drop).
+        unsafe { bindings::rcu_barrier() };
     }
 }

@@ -286,7 +286,8 @@ mod tests {
         Client,
         ClientDriver,
         ClientRegistry,
-        Device, //
+        Device,
+        MapDevice, //
     };
     use super::*;
     use crate::kernel_ext::registry::registry;
@@ -350,6 +351,35 @@ mod tests {
         // Drop order: the MRs before the CQ goes back to the pool.
         drop((mr, mr2));
         drop(cq);
+        map_refs(dev)
+    }
+
+    /// A `MapDevice`'s references name its device, outlive it, and the
+    /// last one gives the device's reference back.
+    fn map_refs(dev: &Device) -> Result {
+        // SAFETY: The device is registered (type invariant of `Device`):
+        // its count is live; read as a plain value.
+        let count = || unsafe { (*dev.as_raw()).refcount.refs.counter };
+        let d = DeviceRef::new(dev)?;
+        let before = count();
+        let m = MapDevice::new(&d)?;
+        let (r1, r2) = (m.get(), m.get());
+        if r1.raw() != dev.as_raw() || count() != before + 1 {
+            return Err(EINVAL);
+        }
+        drop(m);
+        drop(r1);
+        if r2.raw() != dev.as_raw() {
+            return Err(EINVAL);
+        }
+        drop(r2);
+        // The count's switch to atomic ends in an RCU callback, which
+        // releases the last reference.
+        // SAFETY: No arguments; process context (the client's `add`).
+        unsafe { bindings::rcu_barrier() };
+        if count() != before {
+            return Err(EBADE);
+        }
         Ok(())
     }
 

@@ -20,7 +20,11 @@ use crate::{
         SgMapping, //
     },
     rdma::{
-        device::DeviceRef,
+        device::{
+            DeviceRef,
+            MapDevice,
+            MapRef, //
+        },
         Pd, //
     },
 };
@@ -489,10 +493,11 @@ pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) 
 ///
 /// # Invariants
 ///
-/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments, and
-/// stays valid until this value is dropped, which unmaps it.
+/// `sgl` has `nents` entries mapped on `dev`'s device (which `dev` keeps
+/// registered) into `count` DMA segments, and stays valid until this value
+/// is dropped, which unmaps it.
 pub(crate) struct DmaSg {
-    pub(super) dev: DeviceRef,
+    pub(super) dev: MapRef,
     pub(super) sgl: NonNull<bindings::scatterlist>,
     pub(super) nents: c_int,
     pub(super) count: c_int,
@@ -507,10 +512,10 @@ unsafe impl Send for DmaSg {}
 unsafe impl Sync for DmaSg {}
 
 impl SgMapping for DmaSg {
-    type Device = DeviceRef;
+    type Device = MapDevice;
 
     unsafe fn map(
-        dev: &DeviceRef,
+        dev: &MapDevice,
         sgl: *mut bindings::scatterlist,
         nents: u32,
         dir: DataDirection,
@@ -521,6 +526,8 @@ impl SgMapping for DmaSg {
         if fault::hit(Site::DmaMap) {
             return Err(ENOMEM);
         }
+        // Keeps the device registered while mapped: a per-CPU count.
+        let dev = dev.get();
         // SAFETY: `sgl` is valid for `nents` entries (function contract).
         let count =
             unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, raw_dir) };
@@ -529,7 +536,7 @@ impl SgMapping for DmaSg {
         }
         // INVARIANT: mapped just above into `count` segments.
         Ok(Self {
-            dev: dev.clone(),
+            dev,
             sgl,
             nents,
             count,
