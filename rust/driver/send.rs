@@ -344,9 +344,9 @@ pub(super) fn command(
     let plan = plan_command(res, task, dir, len)?;
     let unregistered = plan.key == Key::GlobalRkey;
     // The task slot's MR, header buffer and send tag, for this command
-    // alone. Busy while the slot's last signaled SEND is being read by
-    // the device (the map, or a signaled post, says so): libiscsi
-    // requeues.
+    // alone. Busy while the slot's last SEND from its header buffer is
+    // being read by the device (the map, or a buffered post, says so):
+    // libiscsi requeues.
     let claim = res.conn.claim_cmd(idx).map_err(busy_again)?;
     // Check, then map: the slot's last command owes nothing (the layer's
     // `map` checks that the MR's last registration the target was given
@@ -592,7 +592,7 @@ fn not_posted(res: &Res, idx: u32, e: Error, key_posted: bool) -> Result<Option<
     Err(busy_again(e))
 }
 
-/// A slot busy for now (its last signaled SEND not completed) is a
+/// A slot busy for now (its last SEND from a buffer not completed) is a
 /// command to send again: libiscsi requeues it.
 fn busy_again(e: Error) -> Error {
     if e == EBUSY {
@@ -704,7 +704,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             return after_events(ep, &res, ev);
         }
         // A command SEND: nothing else is posted on a slot's tag while
-        // its command waits for that (a command's signaled SEND needs
+        // its command waits for that (a command's buffered SEND needs
         // an idle tag, and its task holds the slot). If the command does
         // not wait for it, the SEND was a control PDU's, whose reference
         // the tag holds (as a failed completion's, which is no event of a
@@ -722,7 +722,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             ep.flushed.store(true, Release);
             return after_events(ep, &res, None);
         }
-        // A control PDU's, or an inline command's signaled SEND.
+        // A control PDU's SEND.
         _ => return control_done(ep, &res, done),
     };
     // The tag is free for the slot's next SEND before the command may
@@ -731,9 +731,8 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
     after_events(ep, &res, ev);
 }
 
-/// A control PDU's SEND, or an inline command's signaled one, completed
-/// (`done`): the task reference its tag held, if any, goes once the tag
-/// is free.
+/// A control PDU's SEND completed (`done`): the task reference its tag
+/// held, if any, goes once the tag is free.
 fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_>) {
     let r = res
         .cmds

@@ -191,7 +191,9 @@ check "DMA mapping fails: the command is requeued, no connection failure, data v
 # completions wait 1 ms in riser's handler, with the send's tag still
 # held, before it takes what the tag kept, under 4 KiB
 # random reads and writes (the writes' data goes as immediate data, their
-# SENDs signaled) at 16 commands a session. Nothing may be lost or stall:
+# SENDs signaled on the slot's tag; the reads' SENDs are inline and take
+# no tag, so 16 MiB: about 2,000 writes) at 16 commands a session.
+# Nothing may be lost or stall:
 # a tag the handler did not free again would stop its task slot's
 # commands. (A completion that takes another post's reference warns,
 # which fails any guest; this delay cannot provoke that on rxe, see
@@ -205,7 +207,7 @@ cmds_max_16() {
 tag_window() {
 	local rc=0 left
 	echo 1000 >"$P/fault_send_done_delay" || return 1
-	fio_verify "$DEV" randrw 4k 16 8M || rc=1
+	fio_verify "$DEV" randrw 4k 16 16M || rc=1
 	left=$(cat "$P/fault_send_done_delay")
 	echo 0 >"$P/fault_send_done_delay"
 	echo "delays left unused: $left"

@@ -5,9 +5,9 @@
 //! once when the connection is made, so that posting a command only fills
 //! in keys, lengths and flags. A slot is used through a [`CmdClaim`],
 //! which holds the slot's MR (two CPUs never fill in one slot's requests
-//! at once) and, for a signaled SEND, the slot's send tag: a slot whose
-//! last signaled SEND is outstanding is neither mapped anew nor sends a
-//! signaled SEND until that completes.
+//! at once) and, for a SEND from a buffer, the slot's send tag: a slot
+//! whose last such SEND is outstanding is neither mapped anew nor sends
+//! another until that completes.
 
 use super::{
     dma::{
@@ -140,9 +140,10 @@ impl CmdSlot {
 
 /// How a command's PDU is sent.
 pub(crate) enum CmdSend<'a> {
-    /// Inline: the provider copies `bytes` while posting. Signaled on the
-    /// slot's tag if `signaled`, else no completion reports it unless it
-    /// fails.
+    /// Inline: the provider copies `bytes` while posting, so no tag is
+    /// taken. Signaled if `signaled` (for the send queue's sake), on the
+    /// connection's entry for unsignaled requests: either way no
+    /// completion reports it unless it fails.
     Inline {
         /// The iSER header and BHS.
         bytes: &'a [u8],
@@ -193,13 +194,12 @@ impl CmdRefused {
 
 /// The exclusive use of one command slot, taken with
 /// [`Connection::claim_cmd`]: its MR (mapped only through this claim, and
-/// only once the slot's last signaled SEND completed). One command is
-/// posted through it ([`CmdClaim::post`]); a signaled SEND takes the
-/// slot's send tag (refused while its last one has not completed) and
-/// keeps it until its completion. An unsignaled SEND is inline: the
-/// provider copies it while posting, and its completion is never
-/// reported, so it needs no tag. What is held is given back when the
-/// claim drops.
+/// only once the slot's last SEND from a buffer completed). One command
+/// is posted through it ([`CmdClaim::post`]); a SEND from a buffer takes
+/// the slot's send tag (refused while its last one has not completed) and
+/// keeps it until its completion. An inline SEND needs none: the provider
+/// copies it while posting, and its completion is reported only if it
+/// fails. What is held is given back when the claim drops.
 ///
 /// # Invariants
 ///
@@ -219,7 +219,7 @@ pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
 
 impl<H: CmHandler + QpHandler> Connection<H> {
     /// Claims command slot `idx`: `EBUSY` while another claim holds it.
-    /// The slot's send tag is taken by a signaled post
+    /// The slot's send tag is taken by the post of a SEND from a buffer
     /// ([`CmdClaim::post`]).
     #[inline(always)]
     pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
@@ -260,8 +260,8 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// Maps `sg` into the slot's MR with a fresh key (`MrSlot::map`);
     /// once per claim (`EBUSY` after), so the MR is not
     /// mapped again while the registration lives. `EBUSY` too while the
-    /// slot's last signaled SEND (which may read through the MR) has not
-    /// completed.
+    /// slot's last SEND from a buffer (which may read through the MR) has
+    /// not completed.
     #[inline(always)]
     pub(crate) fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         // (Mapped before the post: the tag is not this claim's yet.)
@@ -287,7 +287,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         // SAFETY: Only the holder of the slot's MR claim (this value, which
         // posts once) reaches the requests (type invariant of `CmdSlot`).
         let w = unsafe { &mut *self.slot.wrs.get() };
-        let signaled = self.fill_send(w, &p.send).map_err(CmdRefused::before)?;
+        let tagged = self.fill_send(w, &p.send).map_err(CmdRefused::before)?;
         let s = self.mr.slot;
         // The MR's state before the chain, restored for what is not posted.
         let was = (
@@ -322,7 +322,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
             w.reg.wr.next = &raw mut w.send;
         }
         if r.is_ok() && !refuse_send {
-            if signaled {
+            if tagged {
                 // The completion releases the tag.
                 self.tag_held.set(false);
             }
@@ -332,23 +332,23 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     }
 
     /// Fills in the slot's SEND for `send`, taking the slot's tag if it is
-    /// signaled (`EBUSY` while its last signaled SEND has not completed);
-    /// says whether it is.
+    /// sent from a buffer (`EBUSY` while the slot's last such SEND has not
+    /// completed); says whether it took it. An inline SEND reads nothing
+    /// after the post, so it needs no tag: signaled (for the send queue's
+    /// sake), its completion comes on the connection's entry for
+    /// unsignaled requests, which reports only failures.
     #[inline(always)]
     fn fill_send(&self, w: &mut Wrs, send: &CmdSend<'_>) -> Result<bool> {
         let conn = self.conn;
-        let signaled = matches!(
-            send,
-            CmdSend::Inline { signaled: true, .. } | CmdSend::Buffered { .. }
-        );
+        let tagged = matches!(send, CmdSend::Buffered { .. });
         // `post` runs once per claim: the tag is not held yet.
-        if signaled {
+        if tagged {
             self.tag.hold(None)?;
             // INVARIANT: taken just above; given back when the claim
             // drops, unless the post hands it to the completion.
             self.tag_held.set(true);
         }
-        let signaled = match send {
+        match send {
             CmdSend::Inline { bytes, signaled } => {
                 if bytes.is_empty() || bytes.len() > usize::from_safe_cast(conn.max_inline) {
                     return Err(EINVAL);
@@ -368,7 +368,6 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 }
                 // CAST: the flags fit an int.
                 w.send.send_flags = flags as c_int;
-                *signaled
             }
             CmdSend::Buffered { hdr, data } => {
                 let buf = self.slot.hdr.as_ref().ok_or(EINVAL)?.as_buf();
@@ -392,17 +391,16 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 }
                 // CAST: the flag fits an int.
                 w.send.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
-                true
             }
-        };
-        let cqe = if signaled {
+        }
+        let cqe = if tagged {
             (&raw const self.tag.cqe).cast_mut()
         } else {
             (&raw const conn.unsignaled.cqe).cast_mut()
         };
         // SAFETY: Writing the `wr_cqe` member of the union.
         unsafe { *w.send.__bindgen_anon_1.wr_cqe.as_mut() = cqe };
-        Ok(signaled)
+        Ok(tagged)
     }
 
     /// Fills in the slot's REG_MR for `reg` with `access`, and its
