@@ -494,8 +494,8 @@ impl TransportOps for Iser {
     }
 }
 
-/// Makes `ep`'s command slots `0..tasks` with their MRs, and the tasks'
-/// send buffers, and gives each slot its header buffer; once (a second
+/// Makes `ep`'s command slots `0..tasks` with their MRs and header
+/// buffers, and the tasks' Data-Out buffers; once (a second
 /// bind finds them made). Everything is allocated outside the resources'
 /// read-side section (allocating may sleep), then installed.
 fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
@@ -510,7 +510,14 @@ fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
         }
         (res.conn.pd().clone(), pages, res.dev.dev.clone())
     };
-    let made = CmdSlotsMade::new(&pd, tasks, pages)?;
+    let made = CmdSlotsMade::new(
+        &pd,
+        &dev,
+        tasks,
+        pages,
+        crate::proto::pdu::HEADERS_LEN,
+        send::HEADER_ALIGN,
+    )?;
     let bufs = TaskBufs::new(&dev, tasks)?;
     let res = ep.res().ok_or(ENOTCONN)?;
     match res.tx.give_task_bufs(bufs) {
@@ -518,12 +525,7 @@ fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
         Err(EBUSY) => return Ok(()),
         Err(e) => return Err(e),
     }
-    res.conn.install_cmd_slots(made)?;
-    for i in 0..tasks {
-        let h = res.tx.cmd_header(i).ok_or(EINVAL)?;
-        res.conn.give_cmd_header(i, h.share())?;
-    }
-    Ok(())
+    res.conn.install_cmd_slots(made)
 }
 
 /// Gives `ep`'s full-feature receives (tags `1..=n`) their buffers, once:

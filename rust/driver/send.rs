@@ -96,7 +96,7 @@ use kernel::{
 };
 
 /// Alignment of the send buffers carved from one chunk: a cache line.
-const HEADER_ALIGN: usize = 64;
+pub(super) const HEADER_ALIGN: usize = 64;
 
 /// What the send path owns:
 /// the buffers PDUs are sent from, and the count
@@ -130,28 +130,25 @@ pub(super) struct Tx {
 /// `DATAOUT_SLOTS_PER_CMD` per task slot for unsolicited Data-Outs. Made
 /// at bind, in process context, outside any read-side section.
 pub(super) struct TaskBufs {
-    hdrs: Arc<DmaBufs>,
     dataout: Arc<DmaBufs>,
 }
 
 impl TaskBufs {
-    /// The buffers of `tasks` task slots on `dev`: carved from a few
-    /// chunks (one allocation and mapping for many buffers), each on cache
-    /// lines of its own, so that two CPUs writing two slots' headers do
-    /// not share a line.
+    /// The Data-Out header buffers of `tasks` task slots on `dev`: carved
+    /// from a few chunks (one allocation and mapping for many buffers),
+    /// each on cache lines of its own, so that two CPUs writing two
+    /// headers do not share a line. (A slot's command header buffer is
+    /// its command slot's: `CmdSlotsMade`.)
     pub(super) fn new(dev: &DeviceRef, tasks: u32) -> Result<Self> {
-        let carve = |n: u32| {
-            DmaBuf::carve(
+        let n = tasks.checked_mul(DATAOUT_SLOTS_PER_CMD).ok_or(EINVAL)?;
+        Ok(Self {
+            dataout: DmaBuf::carve(
                 dev,
                 HEADERS_LEN,
                 usize::from_safe_cast(n),
                 HEADER_ALIGN,
                 DataDirection::ToDevice,
-            )
-        };
-        Ok(Self {
-            hdrs: carve(tasks)?,
-            dataout: carve(tasks.checked_mul(DATAOUT_SLOTS_PER_CMD).ok_or(EINVAL)?)?,
+            )?,
         })
     }
 }
@@ -183,7 +180,7 @@ impl Tx {
     /// join the pool. Allocates nothing.
     pub(super) fn give_task_bufs(&self, b: TaskBufs) -> Result {
         let n = u32::try_from(b.dataout.len())?;
-        if b.hdrs.len() > usize::from_safe_cast(self.tags.cmds) || n > self.tags.dataouts {
+        if n > self.tags.dataouts {
             return Err(EINVAL);
         }
         if !self.task.populate(b) {
@@ -196,12 +193,6 @@ impl Tx {
     /// Whether the task slots' buffers were given (at bind).
     pub(super) fn has_task_bufs(&self) -> bool {
         self.task.as_ref().is_some()
-    }
-
-    /// Task slot `idx`'s header buffer (`None` before bind or beyond the
-    /// slots).
-    pub(super) fn cmd_header(&self, idx: u32) -> Option<BufRef<'_>> {
-        self.task.as_ref()?.hdrs.get(usize::from_safe_cast(idx))
     }
 
     /// Data-Out header `h` (`None` before bind or beyond the pool).
@@ -238,17 +229,21 @@ pub(super) fn control(res: &Res, task: &XmitTask<'_, Iser>) -> Result {
     r
 }
 
+/// Where a control PDU is sent from.
+enum CtrlBuf<'a> {
+    /// The task slot's own header buffer, on the slot's tag (`u32`):
+    /// written and sent through a claim of the slot, as a command is.
+    Slot(u32),
+    /// Control buffer and tag `u32`.
+    Ctrl(u32, BufRef<'a>),
+}
+
 /// Picks the send tag and buffer of a control PDU: the task slot's own
 /// header buffer when the PDU has no data and the slot's tag is free,
 /// else a free control buffer. A tag is free when its last SEND has
 /// completed and no task waits on it (`puts`), so nothing is written
 /// into a buffer the device may still read.
-fn control_buffer<'a>(
-    res: &'a Res,
-    t: &Track,
-    idx: u32,
-    data_len: usize,
-) -> Result<(u32, BufRef<'a>)> {
+fn control_buffer<'a>(res: &'a Res, t: &Track, idx: u32, data_len: usize) -> Result<CtrlBuf<'a>> {
     if data_len > LOGIN_DATA {
         return Err(EINVAL);
     }
@@ -260,10 +255,10 @@ fn control_buffer<'a>(
     };
     let own = res.tx.tags.tag(SendTag::Slot(idx));
     if data_len == 0 && free(own) {
-        return Ok((own, res.tx.cmd_header(idx).ok_or(EINVAL)?));
+        return Ok(CtrlBuf::Slot(own));
     }
     let tag = (0..CTRL_TX).find(|tag| free(*tag)).ok_or(EBUSY)?;
-    Ok((
+    Ok(CtrlBuf::Ctrl(
         tag,
         res.tx
             .ctrl_tx
@@ -286,9 +281,11 @@ fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
     // Held until posted: a send completion releases a tag's task
     // under this lock.
     let mut t = res.cmds.track().lock();
-    let (tag, buf) = control_buffer(res, &t, task.index(), data.len())?;
-    buf.write(0, &hdrs)?;
-    buf.write(HEADERS_LEN, data)?;
+    let from = control_buffer(res, &t, task.index(), data.len())?;
+    if let CtrlBuf::Ctrl(_, buf) = &from {
+        buf.write(0, &hdrs)?;
+        buf.write(HEADERS_LEN, data)?;
+    }
     if login::opcode(bhs) == login::OP_LOGIN_REQ {
         // The large login receive is posted for every login round (a
         // CHAP login takes several); it is still posted if the previous
@@ -298,12 +295,31 @@ fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
             Err(e) => return Err(e),
         }
     }
-    let sge = buf.sge(0, HEADERS_LEN + data.len(), res.conn.pd())?;
-    res.conn.post_send(SendOp::Send {
-        tag,
-        sges: &[sge],
-        keep: Some(buf),
-    })?;
+    let tag = match from {
+        CtrlBuf::Slot(tag) => {
+            let claim = res.conn.claim_cmd(task.index())?;
+            claim
+                .post(&CmdPost {
+                    reg: None,
+                    send: CmdSend::Buffered {
+                        hdr: &hdrs,
+                        data: None,
+                    },
+                })
+                .map_err(|r| r.err)?;
+            claim.release();
+            tag
+        }
+        CtrlBuf::Ctrl(tag, buf) => {
+            let sge = buf.sge(0, HEADERS_LEN + data.len(), res.conn.pd())?;
+            res.conn.post_send(SendOp::Send {
+                tag,
+                sges: &[sge],
+                keep: Some(buf),
+            })?;
+            tag
+        }
+    };
     trace::pdu_sent(res.trace_id, bhs.bytes(), 0);
     if let Some(r) = keep {
         // The post just made: the completion cannot take the tag's

@@ -18,6 +18,7 @@ use super::{
         CmId,
         CmIdRef, //
     },
+    device::DeviceRef,
     post_result,
     AsyncEvent,
     Cq,
@@ -40,6 +41,7 @@ use core::{
 use kernel::num::casts::FromSafeCast;
 use kernel::{
     alloc::KVec,
+    dma::DataDirection,
     error::to_result,
     prelude::*,
     sync::{
@@ -68,7 +70,6 @@ pub(crate) use dma::{
     DmaBufs,
     DmaSg, //
 };
-use mr::MrClaim;
 use mr::MrSlot;
 use rx::RecvSlot;
 pub(crate) use rx::{
@@ -142,10 +143,9 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     id: CmId<H>,
 }
 
-/// A connection's command slots and the MRs they register (slot `i`
-/// registers MR `i`): dropped with the connection, after its QP.
+/// A connection's command slots, each with the MR it registers (slot `i`
+/// holds MR `i`): dropped with the connection, after its QP.
 struct CmdSlots {
-    mrs: KVec<MrSlot>,
     cmds: KVec<CmdSlot>,
 }
 
@@ -155,19 +155,41 @@ struct CmdSlots {
 pub(crate) struct CmdSlotsMade {
     pd: Arc<Pd>,
     mrs: KVec<MrSlot>,
+    hdrs: KVec<DmaBuf>,
     cmds: KVec<CmdSlot>,
 }
 
 impl CmdSlotsMade {
-    /// `n` MRs of `pages` pages each in `pd`. Process context.
-    pub(crate) fn new(pd: &Arc<Pd>, n: u32, pages: u32) -> Result<Self> {
+    /// `n` MRs of `pages` pages each in `pd`, and `n` header buffers of
+    /// `hdr_len` bytes each, on `align`-byte lines of their own, mapped on
+    /// `dev` (`pd`'s device) for the slots' SENDs from a buffer. Process
+    /// context.
+    pub(crate) fn new(
+        pd: &Arc<Pd>,
+        dev: &DeviceRef,
+        n: u32,
+        pages: u32,
+        hdr_len: usize,
+        align: usize,
+    ) -> Result<Self> {
+        if dev.raw() != pd.device_ptr() {
+            return Err(EINVAL);
+        }
         let mut mrs = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
         for _ in 0..n {
             mrs.push(MrSlot::new(pd, pages)?, GFP_KERNEL)?;
         }
+        let hdrs = DmaBuf::carve_into(
+            dev,
+            hdr_len,
+            usize::from_safe_cast(n),
+            align,
+            DataDirection::ToDevice,
+        )?;
         Ok(Self {
             pd: pd.clone(),
             mrs,
+            hdrs,
             cmds: KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?,
         })
     }
@@ -291,12 +313,18 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
-        let CmdSlotsMade { pd, mrs, mut cmds } = made;
+        let CmdSlotsMade {
+            pd,
+            mrs,
+            hdrs,
+            mut cmds,
+        } = made;
         let n = mrs.len();
         if !Arc::ptr_eq(&pd, &self.pd)
             || n == 0
             || n > usize::from_safe_cast(self.caps.cmd_slots)
             || cmds.capacity() < n
+            || hdrs.len() != n
         {
             return Err(EINVAL);
         }
@@ -304,7 +332,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             return Err(EBUSY);
         }
         let unsig = (&raw const self.unsignaled.cqe).cast_mut();
-        for (i, mr) in (0..self.caps.cmd_slots).zip(mrs.iter()) {
+        for (i, (mr, hdr)) in (0..self.caps.cmd_slots).zip(mrs.into_iter().zip(hdrs)) {
             // `cmd_tag_base + cmd_slots` <= `send_tags` (checked in `parts`).
             let tag = self.caps.cmd_tag_base + i;
             let t = self
@@ -313,23 +341,24 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 .ok_or(EINVAL)?;
             let cqe = (&raw const t.cqe).cast_mut();
             // Within the capacity checked above: nothing is allocated.
-            cmds.push(CmdSlot::new(mr, tag, cqe, unsig), GFP_ATOMIC)?;
+            cmds.push(CmdSlot::new(mr, hdr, tag, cqe, unsig), GFP_ATOMIC)?;
         }
         // At their place for good: the vector is never grown (moving it
         // into `slots` moves not its elements).
         cmds.iter_mut().for_each(CmdSlot::link);
         // Two callers at once: one set is kept, the other's dropped
         // unused (nothing posted names it).
-        if self.slots.populate(CmdSlots { mrs, cmds }) {
+        if self.slots.populate(CmdSlots { cmds }) {
             Ok(())
         } else {
             Err(EBUSY)
         }
     }
 
-    /// MR `mr`'s slot, if made.
+    /// MR `mr`'s slot (command slot `mr`'s), if made.
+    #[inline(always)]
     fn mr(&self, mr: u32) -> Option<&MrSlot> {
-        self.slots.as_ref()?.mrs.get(usize::from_safe_cast(mr))
+        self.cmd(mr).map(CmdSlot::mr)
     }
 
     /// Command slot `idx`, if made.
@@ -515,18 +544,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `destroy_qp` needs `&mut self`); the tag's completions reach
         // this connection's handler.
         unsafe { t.post(self.qp.as_ptr()) }
-    }
-
-    /// Takes MR `mr` for exclusive use until the returned claim is
-    /// dropped; `EBUSY` while another claim holds it.
-    #[inline]
-    fn claim_mr(&self, mr: u32) -> Result<MrClaim<'_>> {
-        let slot = self.mr(mr).ok_or(EINVAL)?;
-        slot.claimed
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .map_err(|_| EBUSY)?;
-        // INVARIANT: the flag was taken just above.
-        Ok(MrClaim { slot })
     }
 
     /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its

@@ -11,8 +11,8 @@
 
 use super::{
     dma::{
-        DmaSg,
-        SharedBuf, //
+        DmaBuf,
+        DmaSg, //
     },
     mr::{
         MrClaim,
@@ -33,11 +33,9 @@ use crate::{
         self,
         Site, //
     },
-    kernel_ext::sg, //
     rdma::{
         cm::CmHandler,
-        post_result,
-        Pd, //
+        post_result, //
     },
 };
 use core::{
@@ -49,10 +47,7 @@ use core::{
     sync::atomic::Ordering, //
 };
 use kernel::num::casts::FromSafeCast;
-use kernel::{
-    prelude::*,
-    sync::SetOnce, //
-};
+use kernel::prelude::*;
 
 /// The work requests of one command slot, linked once: `inv` -> `reg`
 /// -> `send`; a post starts the chain where its command needs it.
@@ -64,29 +59,37 @@ struct Wrs {
     sge: [bindings::ib_sge; 2],
 }
 
-/// One command slot of a [`Connection`]: slot `i` registers MR `i` and
-/// sends on send tag `tag`.
+/// One command slot of a [`Connection`]: slot `i` registers its MR (the
+/// connection's MR `i`) and sends on send tag `tag`.
 ///
 /// # Invariants
 ///
 /// `wrs` is at a stable address (the slots' `KVec` is never grown) and
 /// links to itself: `inv.next` is `&reg.wr`, `reg.wr.next` is `&send`,
-/// `send.sg_list` is `sge`; `reg.mr` is MR `i` of the connection, the
+/// `send.sg_list` is `sge`; `reg.mr` is the slot's `mr`, the
 /// CQEs are the connection's tags. It is read and written only by the
-/// holder of the claim on MR `i` (a [`CmdClaim`]). `hdr`, once set, is
-/// mapped on the connection's device for it to read.
+/// holder of the claim on `mr` (a [`CmdClaim`]). `hdr` is mapped on
+/// the connection's device for it to read; it is the slot's alone (no
+/// other value names it), written only by a [`CmdClaim`] of the slot
+/// while it holds the slot's send tag, and read by the device only
+/// through a SEND posted by such a claim, which hands the tag to its
+/// completion: so no two writes, and no write and device read, overlap.
 pub(super) struct CmdSlot {
     wrs: UnsafeCell<Wrs>,
+    mr: MrSlot,
     tag: u32,
-    hdr: SetOnce<SharedBuf>,
+    hdr: DmaBuf,
 }
 
 impl CmdSlot {
-    /// The slot of MR `mr`, sending on tag `tag` (`tag_cqe`), its
-    /// unsignaled requests on `unsig`. Linked by [`CmdSlot::link`] once it
-    /// is at its place.
+    /// The slot of MR `mr` (in the connection's PD), sending from header
+    /// buffer `hdr` (mapped on
+    /// the connection's device, for it to read) on tag `tag` (`tag_cqe`),
+    /// its unsignaled requests on `unsig`. Linked by [`CmdSlot::link`]
+    /// once it is at its place.
     pub(super) fn new(
-        mr: &MrSlot,
+        mr: MrSlot,
+        hdr: DmaBuf,
         tag: u32,
         tag_cqe: *mut bindings::ib_cqe,
         unsig: *mut bindings::ib_cqe,
@@ -109,9 +112,16 @@ impl CmdSlot {
         }
         Self {
             wrs: UnsafeCell::new(w),
+            mr,
             tag,
-            hdr: SetOnce::default(),
+            hdr,
         }
+    }
+
+    /// The slot's MR.
+    #[inline(always)]
+    pub(super) fn mr(&self) -> &MrSlot {
+        &self.mr
     }
 
     /// Links the slot's requests to each other, at the address where they
@@ -121,20 +131,6 @@ impl CmdSlot {
         w.inv.next = &raw mut w.reg.wr;
         w.reg.wr.next = &raw mut w.send;
         w.send.sg_list = w.sge.as_mut_ptr();
-    }
-
-    /// Gives the slot its header buffer, once; it must be mapped on `pd`'s
-    /// device for the device to read.
-    pub(super) fn give_header(&self, pd: &Pd, buf: SharedBuf) -> Result {
-        let b = buf.as_buf();
-        if b.dev.raw() != pd.device_ptr() || !sg::device_reads(b.dir) {
-            return Err(EINVAL);
-        }
-        if self.hdr.populate(buf) {
-            Ok(())
-        } else {
-            Err(EBUSY)
-        }
     }
 }
 
@@ -228,7 +224,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             .send_tags
             .get(usize::from_safe_cast(slot.tag))
             .ok_or(EINVAL)?;
-        let mr = self.claim_mr(idx)?;
+        let mr = slot.mr.claim()?;
         // INVARIANT: the MR's claim was taken just above; no tag yet.
         Ok(CmdClaim {
             conn: self,
@@ -240,13 +236,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             mapped: Cell::new(false),
             posted: Cell::new(false),
         })
-    }
-
-    /// Gives command slot `idx` its header buffer (once), which its
-    /// buffered SENDs ([`CmdSend::Buffered`]) are sent from. The buffer
-    /// must be mapped on the connection's device for it to read.
-    pub(crate) fn give_cmd_header(&self, idx: u32, buf: SharedBuf) -> Result {
-        self.cmd(idx).ok_or(EINVAL)?.give_header(self.pd(), buf)
     }
 }
 
@@ -370,9 +359,12 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 w.send.send_flags = flags as c_int;
             }
             CmdSend::Buffered { hdr, data } => {
-                let buf = self.slot.hdr.as_ref().ok_or(EINVAL)?.as_buf();
-                // The tag is held: the device no longer reads the buffer.
-                buf.write(0, hdr)?;
+                let buf = &self.slot.hdr;
+                // SAFETY: The buffer is the slot's alone, and this claim
+                // holds the slot's tag (taken above): no other claim writes
+                // it, and no SEND that reads it is outstanding (type
+                // invariant of `CmdSlot`).
+                unsafe { buf.write_exclusive(0, hdr)? };
                 w.sge[0] = bindings::ib_sge {
                     addr: buf.addr,
                     // CAST: no longer than the buffer, checked by `write`.

@@ -46,7 +46,10 @@ use kernel::{
 /// which copies into it with volatile stores, and no reference into that
 /// memory is ever handed out; the exception is the [`RecvBuf`] that owns
 /// one, unshared and never written by the CPU, whose bytes are read in
-/// place between a receive's completion and its repost (see `rx`). Any use
+/// place between a receive's completion and its repost (see `rx`), and
+/// the unsafe [`DmaBuf::write_exclusive`], a plain copy whose caller
+/// proves that nothing else touches the buffer meanwhile (a command
+/// slot's header buffer, written by the holder of the slot's tag). Any use
 /// from safe code is therefore sound: two CPUs writing one buffer (or one
 /// while the device reads it) race only on marked accesses, which the
 /// kernel memory model defines (as `WRITE_ONCE`): the bytes the device
@@ -156,8 +159,8 @@ unsafe impl Send for DmaBuf {}
 unsafe impl Sync for DmaBuf {}
 
 /// Buffers carved together ([`DmaBuf::carve`]) and shared as one set: a
-/// [`BufRef`] borrows one of them, a [`SharedBuf`] or a work request's tag
-/// keeps one by keeping the set. The set never changes once made.
+/// [`BufRef`] borrows one of them, a work request's tag keeps one by
+/// keeping the set. The set never changes once made.
 pub(crate) struct DmaBufs(KVec<DmaBuf>);
 
 impl DmaBufs {
@@ -182,8 +185,7 @@ impl DmaBufs {
 ///
 /// # Invariants
 ///
-/// `buf` is one of `set`'s buffers (made only by [`DmaBufs::get`] and
-/// [`SharedBuf::as_buf`]).
+/// `buf` is one of `set`'s buffers (made only by [`DmaBufs::get`]).
 #[derive(Clone, Copy)]
 pub(crate) struct BufRef<'a> {
     set: &'a Arc<DmaBufs>,
@@ -200,16 +202,6 @@ impl<'a> BufRef<'a> {
     pub(super) fn buf(self) -> &'a DmaBuf {
         self.buf
     }
-
-    /// An owned handle on the buffer, which keeps its set.
-    pub(crate) fn share(self) -> SharedBuf {
-        // INVARIANT: `buf` is one of the set's buffers, which stay where
-        // they are as long as the set does.
-        SharedBuf {
-            set: self.set.clone(),
-            buf: NonNull::from(self.buf),
-        }
-    }
 }
 
 impl core::ops::Deref for BufRef<'_> {
@@ -218,38 +210,6 @@ impl core::ops::Deref for BufRef<'_> {
     #[inline]
     fn deref(&self) -> &DmaBuf {
         self.buf
-    }
-}
-
-/// One buffer of a shared set, owned: it keeps the set.
-///
-/// # Invariants
-///
-/// `buf` points to one of `set`'s buffers (the set's vector is never
-/// changed after it is made, so the buffer stays where it is while `set`
-/// is held).
-pub(crate) struct SharedBuf {
-    set: Arc<DmaBufs>,
-    buf: NonNull<DmaBuf>,
-}
-
-// SAFETY: A `SharedBuf` is a reference to a `DmaBuf` (`Sync`) with the
-// `Arc` that keeps it: sending it sends those.
-unsafe impl Send for SharedBuf {}
-// SAFETY: As above; shared, it only gives out `&DmaBuf`.
-unsafe impl Sync for SharedBuf {}
-
-impl SharedBuf {
-    /// The buffer, borrowed with its set.
-    #[inline]
-    pub(crate) fn as_buf(&self) -> BufRef<'_> {
-        // INVARIANT: `buf` is one of `set`'s buffers (type invariant).
-        BufRef {
-            set: &self.set,
-            // SAFETY: `buf` points into `set`, held by `self` (type
-            // invariant).
-            buf: unsafe { self.buf.as_ref() },
-        }
     }
 }
 
@@ -384,11 +344,43 @@ impl DmaBuf {
             return Err(EINVAL);
         }
         // SAFETY: `off..end` is inside the allocation (checked), which is
-        // only ever accessed with volatile copies; `src` is a distinct
+        // accessed only with volatile copies (a plain one,
+        // `write_exclusive`, only while nothing else is); `src` is a distinct
         // borrow, so the ranges do not overlap. The range is mapped at
         // `addr + off`.
         unsafe {
             copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
+            bindings::riser_ib_dma_sync_for_device(
+                self.dev.raw(),
+                self.addr + u64::from_safe_cast(off),
+                src.len(),
+                self.raw_dir,
+            );
+        }
+        Ok(())
+    }
+
+    /// As [`DmaBuf::write`], with a plain copy (a few wide moves where the
+    /// volatile copy moves word by word).
+    ///
+    /// # Safety
+    ///
+    /// Nothing else accesses the buffer during the call: no other CPU
+    /// (through this or any other method) and no device (no work request
+    /// that reads or writes it is outstanding).
+    #[inline(always)]
+    pub(super) unsafe fn write_exclusive(&self, off: usize, src: &[u8]) -> Result {
+        let end = off.checked_add(src.len()).ok_or(EINVAL)?;
+        if end > self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off..end` is inside the allocation (checked), and
+        // nothing else accesses it during the call (function contract), so
+        // the plain stores race with nothing; `src` is a distinct borrow,
+        // so the ranges do not overlap. The range is mapped at
+        // `addr + off`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
             bindings::riser_ib_dma_sync_for_device(
                 self.dev.raw(),
                 self.addr + u64::from_safe_cast(off),

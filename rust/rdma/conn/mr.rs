@@ -59,6 +59,17 @@ pub(super) struct MrSlot {
 }
 
 impl MrSlot {
+    /// Takes the MR for exclusive use until the returned claim is dropped;
+    /// `EBUSY` while another claim holds it.
+    #[inline(always)]
+    pub(super) fn claim(&self) -> Result<MrClaim<'_>> {
+        self.claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map_err(|_| EBUSY)?;
+        // INVARIANT: the flag was taken just above.
+        Ok(MrClaim { slot: self })
+    }
+
     pub(super) fn new(pd: &Arc<Pd>, pages: u32) -> Result<Self> {
         Ok(Self {
             mr: Mr::new_fast_reg(pd, pages)?,
@@ -71,7 +82,7 @@ impl MrSlot {
 }
 
 /// Exclusive use of one of a [`Connection`]'s MRs, taken with
-/// [`Connection::claim_mr`] and given back when dropped: only its holder
+/// [`MrSlot::claim`] and given back when dropped: only its holder
 /// (a [`super::CmdClaim`], which holds it) maps the MR ([`MrSlot::map`],
 /// which rewrites the MR's keys and page list) and registers it (the
 /// command slot's REG_MR, with the registration the mapping returned), so
@@ -81,7 +92,7 @@ impl MrSlot {
 ///
 /// # Invariants
 ///
-/// This value holds `slot.claimed`, taken in [`Connection::claim_mr`].
+/// This value holds `slot.claimed`, taken in [`MrSlot::claim`].
 pub(crate) struct MrClaim<'a> {
     pub(super) slot: &'a MrSlot,
 }
@@ -154,7 +165,7 @@ impl MrSlot {
 impl Drop for MrClaim<'_> {
     #[inline]
     fn drop(&mut self) {
-        // INVARIANT: the claim taken in `claim_mr` is given back once.
+        // INVARIANT: the claim taken in `MrSlot::claim` is given back once.
         self.slot.claimed.store(false, Ordering::Release);
     }
 }
