@@ -83,7 +83,7 @@ use kernel::{
 /// One task slot's command as the connection tracks it.
 ///
 /// A post publishes the quiet word with a release store (after the LUN and
-/// key it orders: see [`Cmds::hold_command`]); every other event moves it
+/// key it orders: see [`Quiet::publish`]); every other event moves it
 /// with a fully ordered compare-and-exchange (a full barrier before and
 /// after, as the kernel's value-returning atomics are), and the TMF path
 /// sets its flag with a fully ordered exchange before it reads the words: a completion that clears a command's last pending bit,
@@ -269,7 +269,72 @@ pub(super) struct Done {
     pub(super) failure: Option<Failure>,
 }
 
-/// A command's word as [`Cmds::hold_command`] published it, on its slot.
+/// A slot's word found quiet by the holder of the slot's claim
+/// ([`Cmds::quiet`]), which it borrows: the word stays as found until that
+/// claim posts on the slot, as no event but a post changes a quiet word
+/// (`proto::slot`'s model checks it) and only the claim's holder posts.
+pub(super) struct Quiet<'a> {
+    slot: &'a Slot,
+    idx: u32,
+    word: Word,
+}
+
+impl<'a> Quiet<'a> {
+    /// Publishes a command about to be posted on the slot (`p`, its LUN
+    /// `lun`), which gives the target `rkey` if `p.key` says it gives one.
+    /// With `p.hold` (the conservative variant of `proto::slot`, which the
+    /// send path does not use: the response takes a reference when one is
+    /// needed), the command's one reference is taken first.
+    /// The command is the task's (its index is the slot's). Returns the
+    /// slot and the word published, for [`Cmds::posted`].
+    #[inline(always)]
+    pub(super) fn publish(
+        self,
+        task: &Task<'_, Iser>,
+        lun: [u8; 8],
+        p: &slot::Post,
+        rkey: u32,
+    ) -> Result<Published<'a>> {
+        let Self { slot: s, idx, word } = self;
+        if idx != task.index() {
+            return Err(EINVAL);
+        }
+        if p.hold {
+            let r = task.get_ref().ok_or(EINVAL)?;
+            if let Err(r) = s.hold.put(r) {
+                // Outside every lock: libiscsi's own reference is held.
+                drop(r);
+                return Err(Cmds::slot_reused(idx));
+            }
+        }
+        s.lun.store(u64::from_ne_bytes(lun), Release);
+        // Before the word: a response that reads the word published (with
+        // acquire) reads this key.
+        s.rkey.store(rkey, Release);
+        // Published with a plain store: the word is still the quiet one
+        // found (type invariant). The release orders the LUN and key
+        // before it; the provider's post, which makes the command visible
+        // to the device, comes after it in program order and orders it
+        // before the doorbell, as it does the work request's own stores.
+        let step = slot::post(word, p);
+        if let Ok(step) = &step {
+            s.word.store(step.word.raw(), Release);
+        }
+        match step {
+            Ok(step) => Ok(Published {
+                slot: s,
+                idx,
+                word: step.word,
+            }),
+            Err(_) => {
+                drop(s.hold.take());
+                Err(Cmds::slot_reused(idx))
+            }
+        }
+    }
+}
+
+/// A command's word as [`Quiet::publish`] published it, on its slot.
 pub(super) struct Published<'a> {
     slot: &'a Slot,
     idx: u32,
@@ -396,81 +461,19 @@ impl Cmds {
         self.slots.iter().map(|s| (s.word(), s.lun()))
     }
 
-    /// Whether slot `idx` may take a new command: its word is quiet (its
-    /// last command owes nothing). Asked before anything is mapped into
-    /// the slot's MR: a remap while the last command's key is valid would
-    /// hand that key the new command's pages.
+    /// The word of the slot `claim` holds, if it may take a new command:
+    /// quiet (its last command owes nothing). Asked before anything is
+    /// mapped into the slot's MR: a remap while the last command's key is
+    /// valid would hand that key the new command's pages.
     #[inline(always)]
-    pub(super) fn check_quiet(&self, idx: u32) -> Result {
-        let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
-        if s.word().quiet() {
-            Ok(())
-        } else {
-            Err(Self::slot_reused(idx))
-        }
-    }
-
-    /// Publishes a command about to be posted on its slot (`p`, its LUN
-    /// `lun`), which gives the target `rkey` if `p.key` says it gives one.
-    /// With `p.hold` (the conservative variant of `proto::slot`, which the
-    /// send path does not use: the response takes a reference when one is
-    /// needed), the command's one reference is taken first.
-    /// The command is the task's, on the slot `claim` holds (its index
-    /// is the task's). Returns the slot and the word published, for
-    /// [`Cmds::posted`].
-    #[inline(always)]
-    pub(super) fn hold_command(
-        &self,
-        claim: &CmdClaim<'_, IserConn>,
-        task: &Task<'_, Iser>,
-        lun: [u8; 8],
-        p: &slot::Post,
-        rkey: u32,
-    ) -> Result<Published<'_>> {
+    pub(super) fn quiet<'a>(&'a self, claim: &'a CmdClaim<'_, IserConn>) -> Result<Quiet<'a>> {
         let idx = claim.index();
-        if idx != task.index() {
-            return Err(EINVAL);
-        }
-        let s = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
-        let cur = s.word();
-        if !cur.quiet() {
+        let slot = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        let word = slot.word();
+        if !word.quiet() {
             return Err(Self::slot_reused(idx));
         }
-        if p.hold {
-            let r = task.get_ref().ok_or(EINVAL)?;
-            if let Err(r) = s.hold.put(r) {
-                // Outside every lock: libiscsi's own reference is held.
-                drop(r);
-                return Err(Self::slot_reused(idx));
-            }
-        }
-        s.lun.store(u64::from_ne_bytes(lun), Release);
-        // Before the word: a response that reads the word published (with
-        // acquire) reads this key.
-        s.rkey.store(rkey, Release);
-        // Published with a plain store: the word is quiet, no event but a
-        // post changes a quiet word (`proto::slot`'s model checks it), and
-        // only the holder of the slot's claim posts on it (`claim`: no two
-        // live at once). The release orders the
-        // LUN and key before it; the provider's post, which makes the
-        // command visible to the device, comes after it in program order
-        // and orders it before the doorbell, as it does the work request's
-        // own stores.
-        let step = slot::post(cur, p);
-        if let Ok(step) = &step {
-            s.word.store(step.word.raw(), Release);
-        }
-        match step {
-            Ok(step) => Ok(Published {
-                slot: s,
-                idx,
-                word: step.word,
-            }),
-            Err(_) => {
-                drop(s.hold.take());
-                Err(Self::slot_reused(idx))
-            }
-        }
+        Ok(Quiet { slot, idx, word })
     }
 
     /// The post of the command published as `p` returned: `POSTING`

@@ -367,7 +367,7 @@ pub(super) fn command(
     // Check, then map: the slot's last command owes nothing (the layer's
     // `map` checks that the MR's last registration the target was given
     // is invalid) before anything is mapped into its MR.
-    res.cmds.check_quiet(idx)?;
+    let quiet = res.cmds.quiet(&claim)?;
     let sg = task.mapping();
     let reg = match (plan.key, sg) {
         (Key::None, _) => None,
@@ -409,9 +409,7 @@ pub(super) fn command(
         .as_ref()
         .filter(|_| plan.remote_mr())
         .map_or(0, |r| r.rkey());
-    let published = res
-        .cmds
-        .hold_command(&claim, task, task.hdr_lun(), &post, rkey)?;
+    let published = quiet.publish(task, task.hdr_lun(), &post, rkey)?;
     // Test build: the window between the word and the post, held open.
     fault::hold_posting(post.itt);
     let cmd = CmdPost {
