@@ -114,6 +114,15 @@ pub(crate) struct ConnCaps {
     pub(crate) cmd_tag_base: u32,
 }
 
+impl ConnCaps {
+    /// Whether send tag `tag` is a command slot's (`cmd_tag_base +
+    /// 0..cmd_slots`), which only a claim of the slot takes.
+    pub(crate) fn is_cmd_tag(&self, tag: u32) -> bool {
+        tag.checked_sub(self.cmd_tag_base)
+            .is_some_and(|i| i < self.cmd_slots)
+    }
+}
+
 /// A connected (or connecting) RC queue pair with its CM id.
 ///
 /// # Invariants
@@ -587,7 +596,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 }
                 let t = match tag {
                     Some(t) => {
-                        let t = self.send_tags.get(usize::from_safe_cast(t)).ok_or(EINVAL)?;
+                        let t = self.shared_tag(t)?;
                         t.hold(None)?;
                         // CAST: the flag fits an int.
                         wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
@@ -606,10 +615,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 sges: list,
                 keep,
             } => {
-                let t = self
-                    .send_tags
-                    .get(usize::from_safe_cast(tag))
-                    .ok_or(EINVAL)?;
+                let t = self.shared_tag(tag)?;
                 if list.is_empty() || list.len() > 2 {
                     return Err(EINVAL);
                 }
@@ -636,10 +642,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 Some(t)
             }
             SendOp::Marker { tag } => {
-                let t = self
-                    .send_tags
-                    .get(usize::from_safe_cast(tag))
-                    .ok_or(EINVAL)?;
+                let t = self.shared_tag(tag)?;
                 t.hold(None)?;
                 // No entries: `sg_list` stays null, `num_sge` 0.
                 wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
@@ -667,6 +670,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             Self::not_taken(tag, inv_before);
         }
         r
+    }
+
+    /// Send tag `tag` for [`Connection::post_send`]: any tag but a command
+    /// slot's (`EINVAL`), which only a claim of its slot takes
+    /// ([`Tag::hold_claimed`]).
+    fn shared_tag(&self, tag: u32) -> Result<&Tag> {
+        if self.caps.is_cmd_tag(tag) {
+            return Err(EINVAL);
+        }
+        self.send_tags.get(usize::from_safe_cast(tag)).ok_or(EINVAL)
     }
 
     /// Undoes what a request the provider refused held: its tag, and the

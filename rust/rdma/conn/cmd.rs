@@ -332,7 +332,11 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         let tagged = matches!(send, CmdSend::Buffered { .. });
         // `post` runs once per claim: the tag is not held yet.
         if tagged {
-            self.tag.hold(None)?;
+            // SAFETY: A command slot's tag is taken only here, by the
+            // holder of the slot's claim (this value: no other claim of
+            // the slot lives), once per claim (`post` runs once);
+            // `post_send` refuses command slots' tags.
+            unsafe { self.tag.hold_claimed()? };
             // INVARIANT: taken just above; given back when the claim
             // drops, unless the post hands it to the completion.
             self.tag_held.set(true);

@@ -625,6 +625,30 @@ impl Drop for DmaSg {
 mod tests {
     use super::*;
 
+    /// `post_send` refuses exactly the command slots' send tags, which
+    /// only a claim of the slot takes (`Tag::hold_claimed`'s contract):
+    /// not the tags right before or after them.
+    #[test]
+    fn only_command_slot_tags_are_refused_to_post_send() {
+        let caps = super::super::ConnCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            recv_tags: 8,
+            send_tags: 40,
+            mrs: 32,
+            pages_per_mr: 1,
+            max_inline: 0,
+            cmd_slots: 32,
+            cmd_tag_base: 5,
+        };
+        assert!(!caps.is_cmd_tag(0));
+        assert!(!caps.is_cmd_tag(4));
+        assert!(caps.is_cmd_tag(5));
+        assert!(caps.is_cmd_tag(36));
+        assert!(!caps.is_cmd_tag(37));
+        assert!(!caps.is_cmd_tag(u32::MAX));
+    }
+
     /// A mapping is never asked for `DataDirection::None` (the DMA API
     /// BUGs on it): `DmaBuf::alloc` and `DmaSg::map` refuse it through
     /// `map_dir`; the others map to the C values, and the device reads

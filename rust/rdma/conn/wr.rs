@@ -295,6 +295,32 @@ impl Tag {
         Ok(())
     }
 
+    /// As [`Tag::hold`] with nothing to keep, for a tag that only one
+    /// taker at a time may take: a load and a store where `hold` needs a
+    /// locked exchange. The completion, which releases the tag, writes
+    /// `keep` only while it is held, and the taker only while it is not.
+    ///
+    /// # Safety
+    ///
+    /// No other call of this or of `hold` on the tag runs meanwhile (a
+    /// command slot's tag: taken only by the holder of the slot's claim).
+    #[inline(always)]
+    pub(super) unsafe fn hold_claimed(&self) -> Result {
+        if !self.keep.load(Ordering::Acquire).is_null() {
+            return Err(EBUSY);
+        }
+        // No other taker (function contract), and the completion does not
+        // write a free tag: nothing writes `keep` between the load and this
+        // store. A request that keeps nothing (`release` takes the store
+        // path for it).
+        self.keep
+            .store(NonNull::<DmaBufs>::dangling().as_ptr(), Ordering::Relaxed);
+        // Only the holder writes it: the tag was taken just above.
+        let n = self.posts.load(Ordering::Relaxed).wrapping_add(1);
+        self.posts.store(n, Ordering::Release);
+        Ok(())
+    }
+
     /// Ends the tag's work request, releasing what it held.
     #[inline]
     pub(super) fn release(&self) {
