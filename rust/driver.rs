@@ -52,6 +52,10 @@ use crate::{
         HostLimits,
         HostTemplate, //
     },
+    kernel_ext::slot::{
+        SlotDomain,
+        SlotToken, //
+    },
     kernel_ext::wq::{
         ModQueue,
         QueueReg, //
@@ -305,7 +309,7 @@ impl TransportOps for Iser {
         // unsolicited PDU), made here in process context, before the
         // login and as many as the session has tasks (as ib_iser does at
         // bind), not for the largest session and not on the login's path.
-        make_task_slots(ep, conn.cmds_max())
+        make_task_slots(ep, conn.slot_domain(), conn.cmds_max())
             .and_then(|()| make_ff_recvs(ep, conn.cmds_max()))
             .inspect_err(|e| {
                 pr_err!(
@@ -435,10 +439,14 @@ impl TransportOps for Iser {
     }
 
     #[inline(always)]
-    fn xmit_task(ep: ArcBorrow<'_, IserConn>, task: &mut XmitTask<'_, Self>) -> Result {
+    fn xmit_task<'a>(
+        ep: ArcBorrow<'_, IserConn>,
+        task: &mut XmitTask<'a, Self>,
+        slot: SlotToken<'a>,
+    ) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
-            return send::control(&res, task);
+            return send::control(&res, task, slot);
         }
         // Going down: libiscsi requeues the command (see `init_task`).
         if !ep.is_up() {
@@ -448,7 +456,7 @@ impl TransportOps for Iser {
         // cleaned up) on another CPU.
         let len = task.data_len();
         let dir = task.direction();
-        let sent = send::command(&res, task, dir, len);
+        let sent = send::command(&res, task, slot, dir, len);
         // A TMF Response held while this command's word was being posted
         // may be free to go now that the post has returned (`posted` or
         // `not_posted` may have ended the word): libiscsi's session locks
@@ -495,10 +503,11 @@ impl TransportOps for Iser {
 }
 
 /// Makes `ep`'s command slots `0..tasks` with their MRs and header
-/// buffers, and the tasks' Data-Out buffers; once (a second
+/// buffers, claimed by the task slot tokens of `domain` (the session's),
+/// and the tasks' Data-Out buffers; once (a second
 /// bind finds them made). Everything is allocated outside the resources'
 /// read-side section (allocating may sleep), then installed.
-fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
+fn make_task_slots(ep: &IserConn, domain: SlotDomain, tasks: u32) -> Result {
     let (pd, pages, dev) = {
         let res = ep.res().ok_or(ENOTCONN)?;
         if res.tx.has_task_bufs() {
@@ -525,7 +534,7 @@ fn make_task_slots(ep: &IserConn, tasks: u32) -> Result {
         Err(EBUSY) => return Ok(()),
         Err(e) => return Err(e),
     }
-    res.conn.install_cmd_slots(made)
+    res.conn.install_cmd_slots(made, domain)
 }
 
 /// Gives `ep`'s full-feature receives (tags `1..=n`) their buffers, once:

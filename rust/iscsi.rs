@@ -124,6 +124,7 @@ pub(crate) use transport::{
     Transport, //
 };
 
+use crate::kernel_ext::slot::SlotToken;
 use core::net::SocketAddr;
 use kernel::sync::aref::ARef;
 use kernel::sync::{Arc, ArcBorrow};
@@ -283,8 +284,14 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// `frwd_lock`, as `init_task`). Only here is a task an [`XmitTask`],
     /// whose data buffer and unsolicited Data-Out sequence are the
     /// sender's. The endpoint comes borrowed from its `Arc`, which the
-    /// driver may clone (to hand work to a queue).
-    fn xmit_task(_ep: ArcBorrow<'_, Self::Ep>, _task: &mut XmitTask<'_, Self>) -> Result {
+    /// driver may clone (to hand work to a queue). `slot` is the sole use
+    /// of the task's slot (its index in its session, of the session's
+    /// [`Conn::slot_domain`]) for the call.
+    fn xmit_task<'a>(
+        _ep: ArcBorrow<'_, Self::Ep>,
+        _task: &mut XmitTask<'a, Self>,
+        _slot: SlotToken<'a>,
+    ) -> Result {
         Err(EOPNOTSUPP)
     }
 }

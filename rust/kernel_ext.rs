@@ -9,6 +9,7 @@ pub(crate) mod kunit;
 pub(crate) mod registry;
 pub(crate) mod scsi;
 pub(crate) mod sg;
+pub(crate) mod slot;
 pub(crate) mod sockaddr;
 pub(crate) mod softirq;
 pub(crate) mod wq;

@@ -33,6 +33,7 @@ use crate::{
         Direction,
         XmitTask, //
     },
+    kernel_ext::slot::SlotToken,
     proto::{
         iser::{
             IserHeader,
@@ -215,9 +216,9 @@ impl Tx {
 /// shares `xmit_task` with the SCSI commands, which it would otherwise
 /// weigh down.
 #[inline(never)]
-pub(super) fn control(res: &Res, task: &XmitTask<'_, Iser>) -> Result {
+pub(super) fn control<'a>(res: &Res, task: &XmitTask<'a, Iser>, slot: SlotToken<'a>) -> Result {
     let bhs = Bhs(task.bhs());
-    let r = control_pdu(res, task, &bhs);
+    let r = control_pdu(res, task, slot, &bhs);
     if let Err(e) = r {
         // iscsid reports only that the PDU could not be sent.
         pr_warn!(
@@ -267,7 +268,7 @@ fn control_buffer<'a>(res: &'a Res, t: &Track, idx: u32, data_len: usize) -> Res
     ))
 }
 
-fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
+fn control_pdu<'a>(res: &Res, task: &XmitTask<'a, Iser>, slot: SlotToken<'a>, bhs: &Bhs) -> Result {
     let data = task.mgmt_data();
     let hdrs = headers(IserHeader::default(), bhs)?;
     // A PDU that expects no response is released by the layer once
@@ -297,7 +298,7 @@ fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
     }
     let tag = match from {
         CtrlBuf::Slot(tag) => {
-            let claim = res.conn.claim_cmd(task.index())?;
+            let claim = res.conn.claim_cmd(slot)?;
             claim
                 .post(&CmdPost {
                     reg: None,
@@ -350,20 +351,21 @@ fn control_pdu(res: &Res, task: &XmitTask<'_, Iser>, bhs: &Bhs) -> Result {
 /// `dir` and `len` are the task's direction and data length, which the
 /// caller read.
 #[inline(always)]
-pub(super) fn command(
+pub(super) fn command<'a>(
     res: &Res,
-    task: &mut XmitTask<'_, Iser>,
+    task: &mut XmitTask<'a, Iser>,
+    slot: SlotToken<'a>,
     dir: Direction,
     len: u32,
 ) -> Result<(bool, Option<Failure>)> {
-    let idx = task.index();
+    let idx = slot.index();
     let plan = plan_command(res, task, dir, len)?;
     let unregistered = plan.key == Key::GlobalRkey;
     // The task slot's MR, header buffer and send tag, for this command
     // alone. Busy while the slot's last SEND from its header buffer is
     // being read by the device (the map, or a buffered post, says so):
     // libiscsi requeues.
-    let claim = res.conn.claim_cmd(idx).map_err(busy_again)?;
+    let claim = res.conn.claim_cmd(slot)?;
     // Check, then map: the slot's last command owes nothing (the layer's
     // `map` checks that the MR's last registration the target was given
     // is invalid) before anything is mapped into its MR.

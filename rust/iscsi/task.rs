@@ -12,6 +12,10 @@ use super::{
 use crate::{
     bindings,
     kernel_ext::sg::SgMapping,
+    kernel_ext::slot::{
+        SlotDomain,
+        SlotToken, //
+    },
     kernel_ext::softirq::InSoftirq, //
 };
 use core::{
@@ -455,6 +459,26 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         })
     }
 
+    /// The sole use of the task's slot (its index in its session, the
+    /// session its domain: [`Conn::slot_domain`]) for the transmission.
+    ///
+    /// # Safety
+    ///
+    /// Called once per `XmitTask`, by the layer's `xmit_task` callback.
+    #[inline(always)]
+    pub(super) unsafe fn slot_token(&self) -> SlotToken<'a> {
+        // SAFETY: The task is live, on a bound connection of a live
+        // session (type invariant).
+        let session = unsafe { (*(*self.task.raw()).conn).session };
+        // SAFETY: Tokens of a task's slot are made only here, once per
+        // `XmitTask` (function contract). libiscsi transmits a task on one
+        // CPU at a time, under the session's `frwd_lock` (type invariant),
+        // and an `XmitTask` lives only for its transmission (`'a`): two of
+        // one task never overlap, and the lock, held across each, orders
+        // the end of one (and of its token) before the start of the next.
+        unsafe { SlotToken::new(SlotDomain::of(session), self.task.index()) }
+    }
+
     /// A management PDU's data segment.
     pub(crate) fn mgmt_data(&self) -> &[u8] {
         let p = self.task.raw();
@@ -783,6 +807,13 @@ impl Conn {
         Some(Self {
             ptr: NonNull::new(ptr)?,
         })
+    }
+
+    /// The domain of the session's task slots, which
+    /// [`XmitTask::slot_token`]s name.
+    pub(crate) fn slot_domain(&self) -> SlotDomain {
+        // SAFETY: A bound connection has a live session.
+        SlotDomain::of(unsafe { (*self.ptr.as_ptr()).session })
     }
 
     /// The session's task pool size (task indexes are below it).

@@ -31,6 +31,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::slot::SlotDomain,
     kernel_ext::softirq::InSoftirq,
 };
 use core::{
@@ -156,6 +157,8 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
 /// holds MR `i`): dropped with the connection, after its QP.
 struct CmdSlots {
     cmds: KVec<CmdSlot>,
+    /// The domain of the slot tokens that claim them.
+    domain: SlotDomain,
 }
 
 /// The MRs of a connection's command slots, made ahead of
@@ -205,12 +208,12 @@ impl CmdSlotsMade {
 }
 
 // SAFETY: Posting is serialised by the provider; the command slots are set
-// once (`SetOnce`); the tags and the MR states
-// (`claimed`, `valid`, `reg_rkey`) are atomics; an MR's own fields are
-// written and read only by the holder of its claim (`MrClaim`), so by one
-// CPU at a time, and so are a command slot's work requests (the claim of
-// its MR is held by its `CmdClaim`); everything may be released from any
-// thread.
+// once (`SetOnce`); the tags and the MR states (`valid`, `reg_rkey`,
+// `remote`) are atomics; an MR's own fields are written and read only by
+// the holder of its command slot's claim (`CmdClaim`, which holds the
+// slot's `SlotToken`: one at a time, each one's end ordered before the
+// next's start), so by one CPU at a time, and so are a command slot's
+// work requests; everything may be released from any thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
@@ -312,13 +315,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         (self.caps.cmd_slots, self.caps.pages_per_mr)
     }
 
-    /// Installs command slots `0..n` with the `n` MRs of `made`, once:
+    /// Installs command slots `0..n` with the `n` MRs of `made`, claimed
+    /// by the tokens of `domain` ([`Connection::claim_cmd`]), once:
     /// `EBUSY` after, `ENOTCONN` once the QP is gone, `EINVAL` for MRs of
     /// another PD or more slots than the connection was made for.
     /// Allocates nothing (the MRs were made ahead, outside any read-side
     /// section): a connection sized for the largest session installs only
     /// what its session can use.
-    pub(crate) fn install_cmd_slots(&self, made: CmdSlotsMade) -> Result {
+    pub(crate) fn install_cmd_slots(&self, made: CmdSlotsMade, domain: SlotDomain) -> Result {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
@@ -357,7 +361,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         cmds.iter_mut().for_each(CmdSlot::link);
         // Two callers at once: one set is kept, the other's dropped
         // unused (nothing posted names it).
-        if self.slots.populate(CmdSlots { cmds }) {
+        if self.slots.populate(CmdSlots { cmds, domain }) {
             Ok(())
         } else {
             Err(EBUSY)

@@ -231,7 +231,8 @@ impl Mr {
     }
 
     /// The C MR. Its keys and page list change only by a mapping and a
-    /// registration, which [`super::conn::MrClaim`] serialises.
+    /// registration, which the claim of its command slot
+    /// ([`super::conn::CmdClaim`]) serialises.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
         self.ptr.as_ptr()
     }
@@ -241,9 +242,9 @@ impl Mr {
         &self.pd
     }
 
-    /// The local key. Takes `&mut self`: the holder of an MR's claim
-    /// rewrites its keys through a shared reference
-    /// ([`super::conn::MrClaim`]), so only exclusive access reads them
+    /// The local key. Takes `&mut self`: the holder of the claim of an
+    /// MR's command slot rewrites its keys through a shared reference
+    /// ([`super::conn::CmdClaim`]), so only exclusive access reads them
     /// without racing such a write.
     pub(crate) fn lkey(&mut self) -> u32 {
         // SAFETY: The MR is valid (type invariant); nobody else holds a

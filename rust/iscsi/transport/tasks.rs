@@ -96,7 +96,9 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         let guard = t.call_ref().ok_or(EINVAL)?;
         // As in `init_task_callback`: libiscsi holds the frwd_lock.
         let locked = LockedCallback::enter();
-        let r = T::xmit_task(ep, &mut t);
+        // SAFETY: Once for this `XmitTask`, here.
+        let slot = unsafe { t.slot_token() };
+        let r = T::xmit_task(ep, &mut t, slot);
         drop(locked);
         if r.is_ok() && t.reserved_itt() {
             // libiscsi leaves the release of a PDU that expects no response to

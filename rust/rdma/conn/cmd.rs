@@ -14,10 +14,7 @@ use super::{
         DmaBuf,
         DmaSg, //
     },
-    mr::{
-        MrClaim,
-        MrSlot, //
-    },
+    mr::MrSlot,
     wr::{
         Access,
         QpHandler,
@@ -33,6 +30,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::slot::SlotToken,
     rdma::{
         cm::CmHandler,
         post_result, //
@@ -68,7 +66,7 @@ struct Wrs {
 /// links to itself: `inv.next` is `&reg.wr`, `reg.wr.next` is `&send`,
 /// `send.sg_list` is `sge`; `reg.mr` is the slot's `mr`, the
 /// CQEs are the connection's tags. It is read and written only by the
-/// holder of the claim on `mr` (a [`CmdClaim`]). `hdr` is mapped on
+/// holder of the slot's claim (a [`CmdClaim`], one at a time). `hdr` is mapped on
 /// the connection's device for it to read; it is the slot's alone (no
 /// other value names it), written only by a [`CmdClaim`] of the slot
 /// while it holds the slot's send tag, and read by the device only
@@ -189,7 +187,10 @@ impl CmdRefused {
 }
 
 /// The exclusive use of one command slot, taken with
-/// [`Connection::claim_cmd`]: its MR (mapped only through this claim, and
+/// [`Connection::claim_cmd`] from the slot's token (a [`SlotToken`] of
+/// the connection's slot domain, which it holds: no two claims of one
+/// slot live at once, and each one's end is ordered before the next's
+/// start, with no atomic of the slot's own): its MR (mapped only through this claim, and
 /// only once the slot's last SEND from a buffer completed). One command
 /// is posted through it ([`CmdClaim::post`]); a SEND from a buffer takes
 /// the slot's send tag (refused while its last one has not completed) and
@@ -199,14 +200,14 @@ impl CmdRefused {
 ///
 /// # Invariants
 ///
-/// `mr` holds MR `idx`'s claim and `slot` is command slot `idx` of
-/// `conn`; `tag` is `slot`'s send tag; while `tag_held` is set, this
-/// value holds it.
+/// `token` is slot `idx`'s of the domain `conn`'s command slots were
+/// installed for, and `slot` is command slot `idx` of `conn`; `tag` is
+/// `slot`'s send tag; while `tag_held` is set, this value holds it.
 pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
     conn: &'a Connection<H>,
     idx: u32,
     slot: &'a CmdSlot,
-    mr: MrClaim<'a>,
+    _token: SlotToken<'a>,
     tag: &'a Tag,
     tag_held: Cell<bool>,
     mapped: Cell<bool>,
@@ -214,23 +215,29 @@ pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
 }
 
 impl<H: CmHandler + QpHandler> Connection<H> {
-    /// Claims command slot `idx`: `EBUSY` while another claim holds it.
-    /// The slot's send tag is taken by the post of a SEND from a buffer
-    /// ([`CmdClaim::post`]).
+    /// Claims the command slot of `token` (its index): `EINVAL` for a
+    /// token of another domain than the slots were installed for, or
+    /// beyond the slots. The slot's send tag is taken by the post of a
+    /// SEND from a buffer ([`CmdClaim::post`]).
     #[inline(always)]
-    pub(crate) fn claim_cmd(&self, idx: u32) -> Result<CmdClaim<'_, H>> {
-        let slot = self.cmd(idx).ok_or(EINVAL)?;
+    pub(crate) fn claim_cmd<'a>(&'a self, token: SlotToken<'a>) -> Result<CmdClaim<'a, H>> {
+        let slots = self.slots.as_ref().ok_or(EINVAL)?;
+        if token.domain() != slots.domain {
+            return Err(EINVAL);
+        }
+        let idx = token.index();
+        let slot = slots.cmds.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
         let tag = self
             .send_tags
             .get(usize::from_safe_cast(slot.tag))
             .ok_or(EINVAL)?;
-        let mr = slot.mr.claim()?;
-        // INVARIANT: the MR's claim was taken just above; no tag yet.
+        // INVARIANT: the token is the slot's (its index, the slots'
+        // domain); no tag yet.
         Ok(CmdClaim {
             conn: self,
             idx,
             slot,
-            mr,
+            _token: token,
             tag,
             tag_held: Cell::new(false),
             mapped: Cell::new(false),
@@ -257,9 +264,10 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         if self.mapped.replace(true) || !self.tag.idle() {
             return Err(EBUSY);
         }
-        // SAFETY: This claim holds the MR's, and maps it once: nothing
-        // else maps it while the registration lives.
-        unsafe { self.mr.slot.map(sg) }
+        // SAFETY: This claim is the slot's only one (it holds the slot's
+        // token), and maps the MR once: nothing else maps it while the
+        // registration lives.
+        unsafe { self.slot.mr.map(sg) }
     }
 
     /// Posts the command `p`, once (`EBUSY` after). On error, says whether
@@ -273,11 +281,11 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         if conn.qp_destroyed {
             return Err(CmdRefused::before(ENOTCONN));
         }
-        // SAFETY: Only the holder of the slot's MR claim (this value, which
+        // SAFETY: Only the holder of the slot's claim (this value, which
         // posts once) reaches the requests (type invariant of `CmdSlot`).
         let w = unsafe { &mut *self.slot.wrs.get() };
         let tagged = self.fill_send(w, &p.send).map_err(CmdRefused::before)?;
-        let s = self.mr.slot;
+        let s = &self.slot.mr;
         // The MR's state before the chain, restored for what is not posted.
         let was = (
             s.valid.load(Ordering::Acquire),
@@ -411,7 +419,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         access: Access,
         was: (bool, u32, bool),
     ) -> core::result::Result<(*const bindings::ib_send_wr, bool), CmdRefused> {
-        let s = self.mr.slot;
+        let s = &self.slot.mr;
         // A mapping of this slot's MR, made by this claim (the claim is
         // borrowed by it): its key is still the MR's.
         if !reg.mr.is_some_and(|m| core::ptr::eq(m, s)) {
@@ -463,7 +471,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         };
         let inv_posted = inv && (reg_posted || bad == (&raw const w.reg.wr));
         if with_reg && !reg_posted {
-            let s = self.mr.slot;
+            let s = &self.slot.mr;
             s.reg_rkey.store(was.1, Ordering::Release);
             s.remote.store(was.2, Ordering::Release);
             s.valid.store(was.0 && !inv_posted, Ordering::Release);
@@ -480,11 +488,8 @@ impl<H: CmHandler + QpHandler> CmdClaim<'_, H> {
     #[inline(always)]
     pub(crate) fn release(self) {
         self.give_back();
-        let mut this = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is not used again, nor dropped (`ManuallyDrop`):
-        // the MR's claim is dropped once, here, and the tag was given back
-        // just above (`give_back`), as `drop` would.
-        unsafe { core::ptr::drop_in_place(&raw mut this.mr) };
+        // What `drop` would do is done: the token has no drop of its own.
+        core::mem::forget(self);
     }
 
     #[inline(always)]
@@ -501,6 +506,6 @@ impl<H: CmHandler + QpHandler> Drop for CmdClaim<'_, H> {
     #[inline]
     fn drop(&mut self) {
         self.give_back();
-        // The MR's claim goes with `mr`.
+        // The slot's token goes with `_token`.
     }
 }

@@ -37,13 +37,14 @@ use kernel::{
 /// # Invariants
 ///
 /// `mr` is in the connection's PD. Its fields are written (by a mapping)
-/// and read (to register it) only by the holder of `claimed` (an
-/// [`MrClaim`]). The connection drops it after destroying its QP, so no
-/// work request names it then.
+/// and read (to register it) only by the holder of its command slot's
+/// claim (a [`super::CmdClaim`], which holds the slot's token: one at a
+/// time, each one's end ordered before the next's start), so never by
+/// two CPUs at once; invalidation ([`super::SendOp::LocalInv`]) needs no
+/// claim, using only the MR's atomic state. The connection drops it after
+/// destroying its QP, so no work request names it then.
 pub(super) struct MrSlot {
     pub(super) mr: Mr,
-    /// Held by the [`MrClaim`] that alone may map and register the MR.
-    pub(super) claimed: AtomicBool,
     /// Registered and not yet invalidated. The state is the MR's, not that
     /// of the task that registered it: a registration stays valid after
     /// its task until it is invalidated, so the MR's next user must see it
@@ -59,42 +60,14 @@ pub(super) struct MrSlot {
 }
 
 impl MrSlot {
-    /// Takes the MR for exclusive use until the returned claim is dropped;
-    /// `EBUSY` while another claim holds it.
-    #[inline(always)]
-    pub(super) fn claim(&self) -> Result<MrClaim<'_>> {
-        self.claimed
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .map_err(|_| EBUSY)?;
-        // INVARIANT: the flag was taken just above.
-        Ok(MrClaim { slot: self })
-    }
-
     pub(super) fn new(pd: &Arc<Pd>, pages: u32) -> Result<Self> {
         Ok(Self {
             mr: Mr::new_fast_reg(pd, pages)?,
-            claimed: AtomicBool::new(false),
             valid: AtomicBool::new(false),
             reg_rkey: AtomicU32::new(0),
             remote: AtomicBool::new(false),
         })
     }
-}
-
-/// Exclusive use of one of a [`Connection`]'s MRs, taken with
-/// [`MrSlot::claim`] and given back when dropped: only its holder
-/// (a [`super::CmdClaim`], which holds it) maps the MR ([`MrSlot::map`],
-/// which rewrites the MR's keys and page list) and registers it (the
-/// command slot's REG_MR, with the registration the mapping returned), so
-/// no two CPUs ever do either to one MR at once. Invalidation
-/// ([`SendOp::LocalInv`]) needs no claim: it uses only the MR's atomic
-/// state.
-///
-/// # Invariants
-///
-/// This value holds `slot.claimed`, taken in [`MrSlot::claim`].
-pub(crate) struct MrClaim<'a> {
-    pub(super) slot: &'a MrSlot,
 }
 
 impl MrSlot {
@@ -104,8 +77,8 @@ impl MrSlot {
     ///
     /// # Safety
     ///
-    /// The caller holds the MR's claim and maps it no more while the
-    /// returned registration lives.
+    /// The caller holds the claim of the MR's command slot and maps it no
+    /// more while the returned registration lives.
     #[inline(always)]
     pub(super) unsafe fn map<'s>(&'s self, sg: &'s DmaSg) -> Result<Registration<'s>> {
         // Known invalid before anything is mapped: on rxe and siw a remap
@@ -159,14 +132,6 @@ impl MrSlot {
             }
         };
         Ok(r)
-    }
-}
-
-impl Drop for MrClaim<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        // INVARIANT: the claim taken in `MrSlot::claim` is given back once.
-        self.slot.claimed.store(false, Ordering::Release);
     }
 }
 
