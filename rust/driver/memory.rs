@@ -285,7 +285,7 @@ impl<'a> Quiet<'a> {
     /// With `p.hold` (the conservative variant of `proto::slot`, which the
     /// send path does not use: the response takes a reference when one is
     /// needed), the command's one reference is taken first.
-    /// The command is the task's (its index is the slot's). Returns the
+    /// The command is `task`'s, whose slot token the claim holds. Returns the
     /// slot and the word published, for [`Cmds::posted`].
     #[inline(always)]
     pub(super) fn publish(
@@ -295,10 +295,9 @@ impl<'a> Quiet<'a> {
         p: &slot::Post,
         rkey: u32,
     ) -> Result<Published<'a>> {
+        // The slot is the task's: the claim's token, which `self`
+        // borrows, was made for the task being sent.
         let Self { slot: s, idx, word } = self;
-        if idx != task.index() {
-            return Err(EINVAL);
-        }
         if p.hold {
             let r = task.get_ref().ok_or(EINVAL)?;
             if let Err(r) = s.hold.put(r) {
