@@ -52,6 +52,7 @@ use crate::{
             DataDir,
             Exposure,
             Key,
+            Plan,
             PlanError, //
         },
         sizing::DATAOUT_SLOTS_PER_CMD,
@@ -358,8 +359,67 @@ pub(super) fn command<'a>(
     dir: Direction,
     len: u32,
 ) -> Result<(bool, Option<Failure>)> {
-    let idx = slot.index();
     let plan = plan_command(res, task, dir, len)?;
+    // The common shapes each get a copy of the rest with their plan known
+    // where it is read, so that its branches fold: a READ through an MR
+    // with an inline SEND, a WRITE whose data all goes as immediate data
+    // from one segment, and a WRITE with immediate data whose rest the
+    // target reads through an MR. The same code, the same checks.
+    let read = Plan {
+        key: Key::Mr,
+        advert: Advert::Read,
+        exposure: Exposure::RemoteWrite,
+        with_imm: false,
+        inline: true,
+        dataouts: 0,
+    };
+    let write = Plan {
+        key: Key::LocalDma,
+        advert: Advert::None,
+        exposure: Exposure::Local,
+        with_imm: true,
+        inline: false,
+        dataouts: 0,
+    };
+    if plan == read {
+        command_planned(res, task, slot, read, len)
+    } else if plan == write {
+        command_planned(res, task, slot, write, len)
+    } else if let Some(large) = large_write(&plan) {
+        command_planned(res, task, slot, large, len)
+    } else {
+        command_planned(res, task, slot, plan, len)
+    }
+}
+
+/// `plan` if it is a WRITE with immediate data whose rest the target
+/// reads through an MR, rebuilt with only its offset not a constant.
+#[inline(always)]
+fn large_write(plan: &Plan) -> Option<Plan> {
+    let Advert::Write { offset } = plan.advert else {
+        return None;
+    };
+    let large = Plan {
+        key: Key::Mr,
+        advert: Advert::Write { offset },
+        exposure: Exposure::RemoteRead,
+        with_imm: true,
+        inline: false,
+        dataouts: 0,
+    };
+    (*plan == large).then_some(large)
+}
+
+/// [`command`] once planned (`plan`).
+#[inline(always)]
+fn command_planned<'a>(
+    res: &Res,
+    task: &mut XmitTask<'a, Iser>,
+    slot: SlotToken<'a>,
+    plan: Plan,
+    len: u32,
+) -> Result<(bool, Option<Failure>)> {
+    let idx = slot.index();
     let unregistered = plan.key == Key::GlobalRkey;
     // The task slot's MR, header buffer and send tag, for this command
     // alone. Busy while the slot's last SEND from its header buffer is
