@@ -504,14 +504,22 @@ impl TransportOps for Iser {
 
 /// Makes `ep`'s command slots `0..tasks` with their MRs and header
 /// buffers, claimed by the task slot tokens of `domain` (the session's),
-/// and the tasks' Data-Out buffers; once (a second
-/// bind finds them made). Everything is allocated outside the resources'
-/// read-side section (allocating may sleep), then installed.
+/// and the tasks' Data-Out buffers; once (a second bind of the endpoint
+/// finds them made, and is refused if it is to another session, whose
+/// tasks' tokens could not claim them). Everything is allocated outside
+/// the resources' read-side section (allocating may sleep), then
+/// installed.
 fn make_task_slots(ep: &IserConn, domain: SlotDomain, tasks: u32) -> Result {
     let (pd, pages, dev) = {
         let res = ep.res().ok_or(ENOTCONN)?;
         if res.tx.has_task_bufs() {
-            return Ok(());
+            return match res.conn.cmd_slots_domain() {
+                Some(d) if d != domain => {
+                    pr_err!("bind: the connection's task slots are another session's\n");
+                    Err(EINVAL)
+                }
+                _ => Ok(()),
+            };
         }
         let (most, pages) = res.conn.cmd_slot_caps();
         if tasks > most {

@@ -309,6 +309,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         Ok((recv, send, unsignaled))
     }
 
+    /// The domain whose slot tokens claim the command slots, once they
+    /// are installed.
+    pub(crate) fn cmd_slots_domain(&self) -> Option<SlotDomain> {
+        self.slots.as_ref().map(|s| s.domain)
+    }
+
     /// How many command slots the connection may have, and the pages
     /// each one's MR must map: what [`CmdSlotsMade::new`] is given.
     pub(crate) fn cmd_slot_caps(&self) -> (u32, u32) {
