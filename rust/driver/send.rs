@@ -365,26 +365,10 @@ pub(super) fn command<'a>(
     // with an inline SEND, a WRITE whose data all goes as immediate data
     // from one segment, and a WRITE with immediate data whose rest the
     // target reads through an MR. The same code, the same checks.
-    let read = Plan {
-        key: Key::Mr,
-        advert: Advert::Read,
-        exposure: Exposure::RemoteWrite,
-        with_imm: false,
-        inline: true,
-        dataouts: 0,
-    };
-    let write = Plan {
-        key: Key::LocalDma,
-        advert: Advert::None,
-        exposure: Exposure::Local,
-        with_imm: true,
-        inline: false,
-        dataouts: 0,
-    };
-    if plan == read {
-        command_planned(res, task, slot, read, len)
-    } else if plan == write {
-        command_planned(res, task, slot, write, len)
+    if plan.is(&Plan::MR_READ_INLINE) {
+        command_planned(res, task, slot, Plan::MR_READ_INLINE, len)
+    } else if plan.is(&Plan::IMMEDIATE_WRITE) {
+        command_planned(res, task, slot, Plan::IMMEDIATE_WRITE, len)
     } else if let Some(large) = large_write(&plan) {
         command_planned(res, task, slot, large, len)
     } else {
@@ -399,15 +383,8 @@ fn large_write(plan: &Plan) -> Option<Plan> {
     let Advert::Write { offset } = plan.advert else {
         return None;
     };
-    let large = Plan {
-        key: Key::Mr,
-        advert: Advert::Write { offset },
-        exposure: Exposure::RemoteRead,
-        with_imm: true,
-        inline: false,
-        dataouts: 0,
-    };
-    (*plan == large).then_some(large)
+    let large = Plan::mr_write(offset);
+    plan.is(&large).then_some(large)
 }
 
 /// [`command`] once planned (`plan`).

@@ -107,6 +107,52 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// A READ through an MR, its command PDU inline: the common read.
+    pub(crate) const MR_READ_INLINE: Plan = Plan {
+        key: Key::Mr,
+        advert: Advert::Read,
+        exposure: Exposure::RemoteWrite,
+        with_imm: false,
+        inline: true,
+        dataouts: 0,
+    };
+
+    /// A WRITE whose data all goes as immediate data from one segment:
+    /// the common small write.
+    pub(crate) const IMMEDIATE_WRITE: Plan = Plan {
+        key: Key::LocalDma,
+        advert: Advert::None,
+        exposure: Exposure::Local,
+        with_imm: true,
+        inline: false,
+        dataouts: 0,
+    };
+
+    /// A WRITE with immediate data whose rest, from `offset` on, the
+    /// target reads through an MR, no Data-Out: the common large write.
+    pub(crate) const fn mr_write(offset: u32) -> Plan {
+        Plan {
+            key: Key::Mr,
+            advert: Advert::Write { offset },
+            exposure: Exposure::RemoteRead,
+            with_imm: true,
+            inline: false,
+            dataouts: 0,
+        }
+    }
+
+    /// Whether `self` is `shape`, field by field (always inlined: the
+    /// send path picks its shape with it, the shape a constant).
+    #[inline(always)]
+    pub(crate) fn is(&self, shape: &Plan) -> bool {
+        self.key == shape.key
+            && self.advert == shape.advert
+            && self.exposure == shape.exposure
+            && self.with_imm == shape.with_imm
+            && self.inline == shape.inline
+            && self.dataouts == shape.dataouts
+    }
+
     /// Whether the target is given a key it can use until it is
     /// invalidated: an MR with remote access.
     pub(crate) fn remote_mr(&self) -> bool {
@@ -211,6 +257,19 @@ mod tests {
             max_inline: 0,
             headers: HEADERS,
         }
+    }
+
+    #[test]
+    fn the_named_shapes_are_the_plans_of_their_commands() {
+        let mut read = cmd(DataDir::Read, 4096);
+        read.max_inline = HEADERS;
+        assert_eq!(plan(&read), Ok(Plan::MR_READ_INLINE));
+        let mut small = cmd(DataDir::Write, 4096);
+        (small.imm, small.segments) = (4096, 1);
+        assert_eq!(plan(&small), Ok(Plan::IMMEDIATE_WRITE));
+        let mut large = cmd(DataDir::Write, 524288);
+        large.imm = 8192;
+        assert_eq!(plan(&large), Ok(Plan::mr_write(8192)));
     }
 
     #[test]

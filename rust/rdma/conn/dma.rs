@@ -339,25 +339,9 @@ impl DmaBuf {
     /// device.
     #[inline(always)]
     pub(crate) fn write(&self, off: usize, src: &[u8]) -> Result {
-        let end = off.checked_add(src.len()).ok_or(EINVAL)?;
-        if end > self.len {
-            return Err(EINVAL);
-        }
-        // SAFETY: `off..end` is inside the allocation (checked), which is
-        // accessed only with volatile copies (a plain one,
-        // `write_exclusive`, only while nothing else is); `src` is a distinct
-        // borrow, so the ranges do not overlap. The range is mapped at
-        // `addr + off`.
-        unsafe {
-            copy_to_volatile(self.ptr.as_ptr().add(off), src.as_ptr(), src.len());
-            bindings::riser_ib_dma_sync_for_device(
-                self.dev.raw(),
-                self.addr + u64::from_safe_cast(off),
-                src.len(),
-                self.raw_dir,
-            );
-        }
-        Ok(())
+        // SAFETY: A volatile copy (`plain` false) races with nothing that is
+        // not itself volatile, which every other access is.
+        unsafe { self.write_at(off, src, false) }
     }
 
     /// As [`DmaBuf::write`], with a plain copy (a few wide moves where the
@@ -370,17 +354,38 @@ impl DmaBuf {
     /// that reads or writes it is outstanding).
     #[inline(always)]
     pub(super) unsafe fn write_exclusive(&self, off: usize, src: &[u8]) -> Result {
+        // SAFETY: Nothing else accesses the buffer during the call
+        // (function contract), so a plain copy races with nothing.
+        unsafe { self.write_at(off, src, true) }
+    }
+
+    /// Checks that `off..off + src.len()` is inside the buffer (`EINVAL`
+    /// if not), copies `src` there (with plain stores if `plain`, volatile
+    /// ones if not) and syncs the range for the device.
+    ///
+    /// # Safety
+    ///
+    /// If `plain`, nothing else accesses the buffer during the call (as
+    /// for [`DmaBuf::write_exclusive`]).
+    #[inline(always)]
+    unsafe fn write_at(&self, off: usize, src: &[u8], plain: bool) -> Result {
         let end = off.checked_add(src.len()).ok_or(EINVAL)?;
         if end > self.len {
             return Err(EINVAL);
         }
-        // SAFETY: `off..end` is inside the allocation (checked), and
-        // nothing else accesses it during the call (function contract), so
-        // the plain stores race with nothing; `src` is a distinct borrow,
-        // so the ranges do not overlap. The range is mapped at
+        let dst = self.ptr.as_ptr();
+        // SAFETY: `off..end` is inside the allocation (checked); `src` is a
+        // distinct borrow, so the ranges do not overlap. Every other access
+        // to the allocation is a volatile copy, so the volatile copy races
+        // with none, and a plain one is made only while nothing else
+        // accesses it (function contract). The range is mapped at
         // `addr + off`.
         unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len());
+            if plain {
+                core::ptr::copy_nonoverlapping(src.as_ptr(), dst.add(off), src.len());
+            } else {
+                copy_to_volatile(dst.add(off), src.as_ptr(), src.len());
+            }
             bindings::riser_ib_dma_sync_for_device(
                 self.dev.raw(),
                 self.addr + u64::from_safe_cast(off),
