@@ -872,15 +872,11 @@ impl Conn {
     /// lock.
     #[inline(always)]
     unsafe fn complete_pdu_unchecked(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
-        let mut copy = bindings::iscsi_hdr::default();
+        let mut copy = core::mem::MaybeUninit::<bindings::iscsi_hdr>::uninit();
         let h = if hdr.as_ptr().cast::<bindings::iscsi_hdr>().is_aligned() {
             hdr.as_ptr().cast::<bindings::iscsi_hdr>().cast_mut()
         } else {
-            // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
-            unsafe {
-                core::ptr::copy_nonoverlapping(hdr.as_ptr(), (&raw mut copy).cast::<u8>(), BHS_LEN)
-            };
-            &raw mut copy
+            aligned_copy(hdr, &mut copy)
         };
         let len = c_int::try_from(data.len())?;
         // SAFETY: The connection is live (type invariant); `h` points to
@@ -974,6 +970,21 @@ impl Conn {
             unsafe { bindings::iscsi_block_session((*(*conn).session).cls_session) };
         }
     }
+}
+
+/// `hdr` copied into `copy`, aligned for an `iscsi_hdr` (a header
+/// received at an address that is not: out of the common path).
+#[cold]
+fn aligned_copy(
+    hdr: &[u8; BHS_LEN],
+    copy: &mut core::mem::MaybeUninit<bindings::iscsi_hdr>,
+) -> *mut bindings::iscsi_hdr {
+    // SAFETY: `iscsi_hdr` is `BHS_LEN` bytes of plain data, any bit
+    // pattern of which is valid; `copy` is writable for all of it.
+    unsafe {
+        core::ptr::copy_nonoverlapping(hdr.as_ptr(), copy.as_mut_ptr().cast::<u8>(), BHS_LEN)
+    };
+    copy.as_mut_ptr()
 }
 
 /// Where an endpoint finds the iSCSI connection bound to it, from any

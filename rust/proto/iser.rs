@@ -91,6 +91,10 @@ impl IserHeader {
         Ok(())
     }
 
+    /// The first four bytes of a control header that carries no STag: the
+    /// header every PDU from a target has (its STag fields then unread).
+    pub(crate) const PLAIN_CONTROL: [u8; 4] = [OPCODE_ISCSI_CTRL << 4, 0, 0, 0];
+
     /// Parses the header at the start of `buf`.
     ///
     /// Fails with [`ProtoError::Short`] when `buf` holds fewer than

@@ -163,13 +163,21 @@ impl RxPdu {
         if rx.len() < HEADERS_LEN {
             return Err(ProtoError::Short);
         }
-        let iser = IserHeader::decode(rx)?;
-        if iser.write.is_some() || iser.read.is_some() {
-            return Err(ProtoError::TargetStag);
+        // What every target sends, told by four bytes; anything else is
+        // decoded to say what is wrong with it.
+        if rx[..4] != IserHeader::PLAIN_CONTROL {
+            let iser = IserHeader::decode(rx)?;
+            if iser.write.is_some() || iser.read.is_some() {
+                return Err(ProtoError::TargetStag);
+            }
         }
         let bhs = ISER_HDR_LEN..HEADERS_LEN;
         let b = &rx[bhs.clone()];
-        let opcode = TargetOpcode::from_wire(b[0] & 0x3f)?;
+        // The common case first.
+        let opcode = match b[0] & 0x3f {
+            0x21 => TargetOpcode::ScsiResponse,
+            op => TargetOpcode::from_wire(op)?,
+        };
         if b[4] != 0 {
             return Err(ProtoError::Ahs);
         }
