@@ -115,6 +115,10 @@ pub(crate) enum TargetOpcode {
 }
 
 impl TargetOpcode {
+    /// Out of line: the common opcode (a SCSI Response) is matched before
+    /// it is called.
+    #[cold]
+    #[inline(never)]
     fn from_wire(op: u8) -> Result<Self, ProtoError> {
         Ok(match op {
             0x20 => Self::NopIn,
