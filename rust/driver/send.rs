@@ -372,8 +372,21 @@ pub(super) fn command<'a>(
     } else if let Some(large) = large_write(&plan) {
         command_planned(res, task, slot, large, len)
     } else {
-        command_planned(res, task, slot, plan, len)
+        command_general(res, task, slot, plan, len)
     }
+}
+
+/// [`command_planned`] for any other plan: out of line, so that the
+/// common shapes' copies are what the transmit callback holds.
+#[inline(never)]
+fn command_general<'a>(
+    res: &Res,
+    task: &mut XmitTask<'a, Iser>,
+    slot: SlotToken<'a>,
+    plan: Plan,
+    len: u32,
+) -> Result<(bool, Option<Failure>)> {
+    command_planned(res, task, slot, plan, len)
 }
 
 /// `plan` if it is a WRITE with immediate data whose rest the target
