@@ -587,7 +587,7 @@ fn how_sent<'a>(
 /// reference: until its response reaches libiscsi, libiscsi's own
 /// holds the command, and the response takes one if anything is still
 /// pending then.
-#[inline]
+#[inline(always)]
 fn slot_post(plan: &plan::Plan, itt: u32) -> slot::Post {
     let sends_use_mr = plan.key == Key::Mr && (plan.with_imm || plan.dataouts > 0);
     let key = match (plan.remote_mr(), sends_use_mr) {
