@@ -37,7 +37,7 @@ use crate::{
     proto::{
         pdu::{
             Bhs,
-            RxPdu, //
+            TargetOpcode, //
         },
         slot::{
             self,
@@ -563,7 +563,7 @@ impl Cmds {
         Failure::SlotBroken
     }
 
-    /// A SCSI Response `pdu` for the command on slot `idx` arrived;
+    /// A SCSI Response with ITT `itt` for the command on slot `idx` arrived;
     /// `invalidated` is the rkey the target invalidated with it, if any.
     /// Ends the target's access to the command's memory: at once if the
     /// target invalidated it, else by a LOCAL_INV (posted here, or by the
@@ -577,19 +577,19 @@ impl Cmds {
         &self,
         conn: &Connection<IserConn>,
         idx: u32,
-        pdu: &RxPdu,
+        itt: u32,
         invalidated: Option<u32>,
         task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
             return Err(match invalidated {
-                Some(rkey) => recv::foreign(rkey, pdu),
+                Some(rkey) => recv::foreign(rkey, TargetOpcode::ScsiResponse, itt),
                 // Beyond the slots: no command of this connection's.
-                None => Self::not_posted(pdu.itt),
+                None => Self::not_posted(itt),
             });
         };
         let r = slot::Response {
-            itt: pdu.itt,
+            itt,
             invalidated,
             rkey: 0,
             remote_inv: self.remote_inv.load(Relaxed),
@@ -619,7 +619,7 @@ impl Cmds {
         // events only clear the word's pending bits, so a command that
         // needs none now needs none then; one taken for nothing is dropped
         // once the response is handed on.
-        let pre = Self::take_ref_ahead(s, idx, pdu.itt, invalidated.is_some(), task_ref)?;
+        let pre = Self::take_ref_ahead(s, idx, itt, invalidated.is_some(), task_ref)?;
         // The key the slot's command gives the target, recorded before its
         // word was published: read after the word (in the transition), so
         // that a word seen published comes with its command's key, never
@@ -635,7 +635,7 @@ impl Cmds {
                     // As above: not the last.
                     drop(s.hold.take());
                 }
-                return Self::refused(v, s.word(), pdu, invalidated, r.remote_inv);
+                return Self::refused(v, s.word(), itt, invalidated, r.remote_inv);
             }
         };
         // An invalidation ends the key unless it came before the post
@@ -654,7 +654,7 @@ impl Cmds {
                 },
                 None,
             ),
-            RefOp::Take => return Err(Self::no_task(idx, pdu.itt)),
+            RefOp::Take => return Err(Self::no_task(idx, itt)),
             // Completed: the reference taken for nothing goes back.
             _ if pre => (step, s.hold.take()),
             _ => (step, None),
@@ -720,7 +720,7 @@ impl Cmds {
     fn refused(
         v: Violation,
         w: Word,
-        pdu: &RxPdu,
+        itt: u32,
         invalidated: Option<u32>,
         remote_inv: bool,
     ) -> FailResult<Option<TaskRef>> {
@@ -729,31 +729,30 @@ impl Cmds {
                 pr_err!(
                     "target invalidated rkey {:#x} with a SCSI Response for ITT {:#x}, though Send with Invalidate was not agreed (its CM accept refused it, or always_register=0)\n",
                     invalidated.unwrap_or(0),
-                    pdu.itt
+                    itt
                 );
                 Err(Failure::ForeignInvalidation)
             }
             Violation::SecondResponse => {
-                pr_err!(
-                    "target sent a second SCSI Response for ITT {:#x}\n",
-                    pdu.itt
-                );
+                pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
                 Err(Failure::SecondResponse)
             }
-            Violation::ForeignInvalidation | Violation::KeyNotGiven => {
-                Err(recv::foreign(invalidated.unwrap_or(0), pdu))
-            }
+            Violation::ForeignInvalidation | Violation::KeyNotGiven => Err(recv::foreign(
+                invalidated.unwrap_or(0),
+                TargetOpcode::ScsiResponse,
+                itt,
+            )),
             Violation::CorruptItt => {
                 pr_err!(
                     "target answered ITT {:#x} with a SCSI Response for ITT {:#x}\n",
                     w.itt().unwrap_or(0),
-                    pdu.itt
+                    itt
                 );
                 Err(Failure::CorruptItt)
             }
-            Violation::UnknownItt => Err(Self::not_posted(pdu.itt)),
+            Violation::UnknownItt => Err(Self::not_posted(itt)),
             Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
-                Self::own_violation(recv::slot_of(pdu.itt), Violation::Unexpected),
+                Self::own_violation(recv::slot_of(itt), Violation::Unexpected),
             ),
         }
     }

@@ -93,7 +93,7 @@ fn deliver(
     trace::pdu_received(trace::id(ep), bhs, wc.invalidated.unwrap_or(0));
     let data = &bytes[pdu.data.clone()];
     if pdu.opcode != TargetOpcode::ScsiResponse {
-        return deliver_other(ep, rcu, res, &pdu, &Bhs(*bhs), data, wc);
+        return deliver_other(ep, rcu, res, pdu, &Bhs(*bhs), data, wc);
     }
     // A SCSI Response: one per command, the receive path's common case.
     // Whether it may invalidate what it names, and whether it is the
@@ -102,7 +102,7 @@ fn deliver(
     // dropped only once libiscsi has the response.
     let done_ref =
         res.cmds
-            .response_arrived(&res.conn, slot_of(pdu.itt), &pdu, wc.invalidated, || {
+            .response_arrived(&res.conn, slot_of(pdu.itt), pdu.itt, wc.invalidated, || {
                 // libiscsi's ITTs are the BHS's bytes as they are in memory.
                 let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
                 ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
@@ -152,12 +152,12 @@ fn malformed(byte_len: u32, e: ProtoError) -> Failure {
 }
 
 #[cold]
-pub(super) fn foreign(rkey: u32, pdu: &RxPdu) -> Failure {
+pub(super) fn foreign(rkey: u32, opcode: TargetOpcode, itt: u32) -> Failure {
     pr_err!(
         "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
         rkey,
-        pdu.opcode,
-        pdu.itt
+        opcode,
+        itt
     );
     Failure::ForeignInvalidation
 }
@@ -170,7 +170,7 @@ fn deliver_other(
     ep: &IserConn,
     rcu: &rcu::Guard,
     res: &Res,
-    pdu: &RxPdu,
+    pdu: RxPdu,
     bhs: &Bhs,
     data: &[u8],
     wc: Wc,
@@ -181,7 +181,7 @@ fn deliver_other(
     }
     // Only a SCSI Response may invalidate (its own task's rkey).
     if let Some(rkey) = wc.invalidated {
-        return Err(foreign(rkey, pdu));
+        return Err(foreign(rkey, pdu.opcode, pdu.itt));
     }
     if pdu.opcode == TargetOpcode::AsyncMessage && !ep.async_allowed() {
         ep.counters.async_refused.add(1, Relaxed);
