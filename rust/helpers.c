@@ -64,12 +64,6 @@ __riser_helper struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdm
 	return rdma_create_id(&init_net, handler, context, ps, qp_type);
 }
 
-__riser_helper int riser_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
-		       const struct ib_send_wr **bad)
-{
-	return ib_post_send(qp, wr, bad);
-}
-
 __riser_helper int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
 		       const struct ib_recv_wr **bad)
 {

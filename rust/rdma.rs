@@ -26,6 +26,7 @@ pub(crate) use device::{
 };
 pub(crate) use event::AsyncEvent;
 pub(crate) use verbs::{
+    ib_post_send,
     post_result,
     Cq,
     Pd,

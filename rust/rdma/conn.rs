@@ -674,8 +674,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `destroy_qp` needs `&mut self`); the request and the MR it names
         // outlive the call; its `num_sge` entries of `sges` were written
         // above.
-        let r =
-            post_result(unsafe { bindings::riser_ib_post_send(self.qp.as_ptr(), &wr, &mut bad) });
+        let r = post_result(unsafe { super::ib_post_send(self.qp.as_ptr(), &wr, &mut bad) });
         if r.is_err() {
             Self::not_taken(tag, inv_before);
         }

@@ -31,6 +31,32 @@ pub(crate) fn post_result(r: c_int) -> Result {
     }
 }
 
+/// `ib_post_send` of ib_verbs.h, a static inline, written out here so that
+/// it is inlined on every kernel (a C forward would be a call of its own
+/// wherever the kernel does not link helpers as bitcode): the provider's
+/// `post_send`, as ib_verbs.h calls it. (`ib_post_recv` stays a helper:
+/// written out the same way, the receive path around it inlined worse.)
+///
+/// # Safety
+///
+/// `qp` is a valid QP; `wr` a chain of valid send work requests whose
+/// buffers, SGE lists and MRs outlive the call; `bad` is writable.
+#[inline(always)]
+pub(crate) unsafe fn ib_post_send(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_send_wr,
+    bad: *mut *const bindings::ib_send_wr,
+) -> c_int {
+    // SAFETY: `qp` is valid (function contract), and so is its device
+    // while the QP is; a device's ops are set before it registers and not
+    // changed after, and ib_core registers none without `post_send` (one
+    // of ib_device_check_mandatory's functions).
+    // The provider's post_send is then called as ib_post_send calls it
+    // (`bad` is never null here: no dummy needed), with what the function
+    // contract makes valid.
+    unsafe { (*(*qp).device).ops.post_send.unwrap_unchecked()(qp, wr, bad) }
+}
+
 /// The error of a post the provider refused (`r`, a negative errno).
 #[cold]
 #[inline(never)]

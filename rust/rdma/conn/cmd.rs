@@ -33,6 +33,7 @@ use crate::{
     kernel_ext::slot::SlotToken,
     rdma::{
         cm::CmHandler,
+        ib_post_send,
         post_result, //
     },
 };
@@ -313,8 +314,7 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         // the call; providers copy work requests, and inline data, when
         // posting. Each request's `num_sge` entries were written by
         // `fill_send` and `fill_reg`.
-        let r =
-            post_result(unsafe { bindings::riser_ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
+        let r = post_result(unsafe { ib_post_send(conn.qp.as_ptr(), first, &mut bad) });
         if refuse_send {
             w.reg.wr.next = &raw mut w.send;
         }
