@@ -108,7 +108,5 @@ void riser_trace_pdu_send(const void *conn, const u8 *bhs, u32 rkey);
 void riser_trace_pdu_recv(const void *conn, const u8 *bhs, u32 invalidated);
 void riser_trace_wc_error(const void *conn, bool recv, u32 tag, u32 status);
 void riser_trace_conn_state(const void *conn, u8 from, u8 to);
-bool riser_trace_pdu_send_enabled(void);
-bool riser_trace_pdu_recv_enabled(void);
 
 #endif /* RISER_HELPERS_H */

@@ -21,7 +21,6 @@
 #include <scsi/scsi_transport_iscsi.h>
 
 #include "riser_helpers.h"
-#include "riser_trace.h"
 
 /*
  * Where Kbuild links these into the crate as LLVM bitcode (a kernel with
@@ -242,18 +241,4 @@ __riser_helper void riser_percpu_ref_put(struct percpu_ref *ref)
 __riser_helper void riser_percpu_ref_kill(struct percpu_ref *ref)
 {
 	percpu_ref_kill(ref);
-}
-
-/*
- * Whether a tracepoint is on: a static branch, so that an event that is off
- * costs its caller no call (inlined where these are linked as bitcode).
- */
-__riser_helper bool riser_trace_pdu_send_enabled(void)
-{
-	return trace_riser_pdu_send_enabled();
-}
-
-__riser_helper bool riser_trace_pdu_recv_enabled(void)
-{
-	return trace_riser_pdu_recv_enabled();
 }

@@ -3,8 +3,8 @@
 //! riser's tracepoints (trace system `riser`, defined in
 //! include/riser_trace.h): PDUs sent and received, completion errors and
 //! connection state changes. A PDU event that is off costs a static
-//! branch (inlined where the helpers are linked as bitcode); the others a
-//! call and a static branch.
+//! branch, tested here in Rust as the kernel's own Rust tracepoints test
+//! theirs (`kernel::tracepoint`); the others a call and a static branch.
 //!
 //! A connection is named by an address (`conn`, which the trace shows
 //! hashed, as `%p` does): the same value in every event of one connection.
@@ -25,11 +25,54 @@ fn ptr(conn: usize) -> *const c_void {
     core::ptr::without_provenance(conn)
 }
 
+// Only their addresses are taken (for the static branch): never read by
+// value, so the parts that are not FFI-safe in some configurations (an
+// empty `its_array`) do not matter.
+#[cfg(CONFIG_TRACEPOINTS)]
+#[allow(improper_ctypes)]
+extern "C" {
+    /// The PDU events' tracepoints, defined by rust/trace.c.
+    static __tracepoint_riser_pdu_send: kernel::bindings::tracepoint;
+    static __tracepoint_riser_pdu_recv: kernel::bindings::tracepoint;
+}
+
+/// Whether the `riser_pdu_send` event is on: its static branch.
+#[inline(always)]
+fn pdu_send_on() -> bool {
+    #[cfg(CONFIG_TRACEPOINTS)]
+    // SAFETY: The tracepoint is a real one, defined in C (rust/trace.c),
+    // whose static key any context may test.
+    return unsafe {
+        kernel::jump_label::static_branch_unlikely!(
+            __tracepoint_riser_pdu_send,
+            kernel::bindings::tracepoint,
+            key
+        )
+    };
+    #[cfg(not(CONFIG_TRACEPOINTS))]
+    false
+}
+
+/// Whether the `riser_pdu_recv` event is on, as [`pdu_send_on`].
+#[inline(always)]
+fn pdu_recv_on() -> bool {
+    #[cfg(CONFIG_TRACEPOINTS)]
+    // SAFETY: As in `pdu_send_on`.
+    return unsafe {
+        kernel::jump_label::static_branch_unlikely!(
+            __tracepoint_riser_pdu_recv,
+            kernel::bindings::tracepoint,
+            key
+        )
+    };
+    #[cfg(not(CONFIG_TRACEPOINTS))]
+    false
+}
+
 /// A PDU was posted: its BHS and the STag the target was given (0: none).
 #[inline(always)]
 pub(crate) fn pdu_sent(conn: usize, bhs: &[u8; BHS_LEN], rkey: u32) {
-    // SAFETY: No arguments; it reads the tracepoint's static key.
-    if unsafe { bindings::riser_trace_pdu_send_enabled() } {
+    if pdu_send_on() {
         // SAFETY: `bhs` is valid for its 48 bytes during the call; the
         // connection's address is only recorded, never dereferenced.
         unsafe { bindings::riser_trace_pdu_send(ptr(conn), bhs.as_ptr(), rkey) }
@@ -40,8 +83,7 @@ pub(crate) fn pdu_sent(conn: usize, bhs: &[u8; BHS_LEN], rkey: u32) {
 /// (0: none).
 #[inline(always)]
 pub(crate) fn pdu_received(conn: usize, bhs: &[u8; BHS_LEN], invalidated: u32) {
-    // SAFETY: As in `pdu_sent`.
-    if unsafe { bindings::riser_trace_pdu_recv_enabled() } {
+    if pdu_recv_on() {
         // SAFETY: As in `pdu_sent`.
         unsafe { bindings::riser_trace_pdu_recv(ptr(conn), bhs.as_ptr(), invalidated) }
     }

@@ -386,7 +386,7 @@ impl DmaBuf {
             } else {
                 copy_to_volatile(dst.add(off), src.as_ptr(), src.len());
             }
-            bindings::riser_ib_dma_sync_for_device(
+            sync_for_device(
                 self.dev.raw(),
                 self.addr + u64::from_safe_cast(off),
                 src.len(),
@@ -400,14 +400,7 @@ impl DmaBuf {
     pub(super) fn give_to_device(&self) {
         // SAFETY: The buffer is mapped at `addr` for `len` bytes (type
         // invariant).
-        unsafe {
-            bindings::riser_ib_dma_sync_for_device(
-                self.dev.raw(),
-                self.addr,
-                self.len,
-                self.raw_dir,
-            )
-        };
+        unsafe { sync_for_device(self.dev.raw(), self.addr, self.len, self.raw_dir) };
     }
 
     /// Makes the first `n` bytes (at most the buffer's), as the device wrote
@@ -415,14 +408,50 @@ impl DmaBuf {
     pub(super) fn take_from_device(&self, n: usize) {
         // SAFETY: The buffer is mapped at `addr` for `len` bytes (type
         // invariant), of which at most `len` are synced.
-        unsafe {
-            bindings::riser_ib_dma_sync_for_cpu(
-                self.dev.raw(),
-                self.addr,
-                n.min(self.len),
-                self.raw_dir,
-            )
-        };
+        unsafe { sync_for_cpu(self.dev.raw(), self.addr, n.min(self.len), self.raw_dir) };
+    }
+}
+
+/// Whether `dev` takes kernel virtual addresses for DMA addresses
+/// (`ib_uses_virt_dma`: a software device, rxe or siw), whose DMA syncs
+/// are nothing: they are skipped here, without a call of the helper.
+///
+/// # Safety
+///
+/// `dev` is a valid device.
+#[inline(always)]
+unsafe fn uses_virt_dma(dev: *mut bindings::ib_device) -> bool {
+    // SAFETY: `dev` is valid (function contract); `dma_device` is set
+    // when the device registers and not changed after.
+    cfg!(CONFIG_INFINIBAND_VIRT_DMA) && unsafe { (*dev).dma_device.is_null() }
+}
+
+/// `ib_dma_sync_single_for_device`, its test of a software device inline.
+///
+/// # Safety
+///
+/// `dev` is a valid device on which `addr..addr + len` is mapped in
+/// direction `dir`.
+#[inline(always)]
+unsafe fn sync_for_device(dev: *mut bindings::ib_device, addr: u64, len: usize, dir: c_int) {
+    // SAFETY: As this function's contract.
+    if !unsafe { uses_virt_dma(dev) } {
+        // SAFETY: As this function's contract.
+        unsafe { bindings::riser_ib_dma_sync_for_device(dev, addr, len, dir) };
+    }
+}
+
+/// `ib_dma_sync_single_for_cpu`, as [`sync_for_device`].
+///
+/// # Safety
+///
+/// As for [`sync_for_device`].
+#[inline(always)]
+unsafe fn sync_for_cpu(dev: *mut bindings::ib_device, addr: u64, len: usize, dir: c_int) {
+    // SAFETY: As this function's contract.
+    if !unsafe { uses_virt_dma(dev) } {
+        // SAFETY: As this function's contract.
+        unsafe { bindings::riser_ib_dma_sync_for_cpu(dev, addr, len, dir) };
     }
 }
 
