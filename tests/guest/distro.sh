@@ -34,6 +34,23 @@ fs_roundtrip() {
 	cmp /tmp/a.bin "$MNT/a.bin" || rc=1
 	umount "$MNT" && return $rc
 }
+# riser's PDU tracepoints, whose static branches riser's Rust tests through
+# this kernel's jump labels (rust/trace.rs): on for one 4k READ, they show
+# its SCSI Command sent and a SCSI Response received.
+TR=/sys/kernel/tracing
+pdu_events() {
+	[ -d $TR/events ] || mount -t tracefs nodev $TR || return 1
+	echo >$TR/trace && echo 1 >$TR/events/riser/riser_pdu_send/enable &&
+		echo 1 >$TR/events/riser/riser_pdu_recv/enable || return 1
+	dd if="$DEV" of=/dev/null bs=4k count=1 skip=3 iflag=direct
+	local rc=$?
+	echo 0 >$TR/events/riser/riser_pdu_send/enable
+	echo 0 >$TR/events/riser/riser_pdu_recv/enable
+	[ $rc = 0 ] || return 1
+	grep riser_pdu $TR/trace | tail -4
+	grep -q 'riser_pdu_send:.* opcode=0x01 ' $TR/trace &&
+		grep -q 'riser_pdu_recv:.* opcode=0x21 ' $TR/trace
+}
 # No kernel line of riser's says it failed a connection.
 no_conn_failure() {
 	! dmesg | grep -E "$CONN_TROUBLE"
@@ -41,7 +58,7 @@ no_conn_failure() {
 
 dmesg_live
 
-plan 18
+plan 19
 
 check "riser.ko was built for the running kernel" built_for_this_kernel
 check "soft-RoCE device rxe0 created" setup_rxe "$IP"
@@ -58,6 +75,7 @@ check "login over iser" iscsi_login "$IQN" "$IP" iser
 DEV=$(iscsi_dev "$IQN" 0 60 2>>"$RISER_OUT/guest.log") || DEV=
 check "block device of LUN 0 appears ($DEV)" test -b "$DEV"
 check "the SCSI host is iscsi_iser" iscsi_host_is_iscsi_iser "$IQN"
+check "riser's PDU tracepoints fire (static branches on jump labels)" pdu_events
 check "fio randwrite 4k QD32 verify crc32c" fio_verify "$DEV" randwrite 4k 32 4M
 check "fio write 512k QD4 verify crc32c" fio_verify "$DEV" write 512k 4 8M
 check "ext4: write, drop caches, read back, compare" fs_roundtrip
