@@ -555,7 +555,7 @@ fn advertise(advert: Advert, reg: Option<&Registration<'_>>) -> IserHeader {
 /// the device still reads must wait for one), and only one in
 /// `signal_interval` is signaled, for the send queue's sake. Immediate
 /// data (`data`) is sent from the SCSI buffer.
-#[inline]
+#[inline(always)]
 fn how_sent<'a>(
     res: &Res,
     plan: &plan::Plan,

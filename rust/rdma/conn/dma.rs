@@ -555,8 +555,7 @@ impl SgMapping for DmaSg {
         // Keeps the device registered while mapped: a per-CPU count.
         let dev = dev.get();
         // SAFETY: `sgl` is valid for `nents` entries (function contract).
-        let count =
-            unsafe { bindings::riser_ib_dma_map_sg(dev.raw(), sgl.as_ptr(), nents, raw_dir) };
+        let count = unsafe { map_sg(dev.raw(), sgl.as_ptr(), nents, raw_dir) };
         if count <= 0 {
             return Err(ENOMEM);
         }
@@ -644,14 +643,54 @@ impl Drop for DmaSg {
     fn drop(&mut self) {
         // SAFETY: Mapped with these arguments (type invariant); unmapping
         // takes the original entry count.
-        unsafe {
-            bindings::riser_ib_dma_unmap_sg(
-                self.dev.raw(),
-                self.sgl.as_ptr(),
-                self.nents,
-                self.raw_dir,
-            )
-        };
+        unsafe { unmap_sg(self.dev.raw(), self.sgl.as_ptr(), self.nents, self.raw_dir) };
+    }
+}
+
+/// `ib_dma_map_sg`, its software-device case (`ib_dma_virt_map_sg`, which
+/// ib_core exports) called without the helper.
+///
+/// # Safety
+///
+/// `dev` is a valid device; `sgl` a valid list of `nents` entries, not
+/// mapped.
+#[inline(always)]
+unsafe fn map_sg(
+    dev: *mut bindings::ib_device,
+    sgl: *mut bindings::scatterlist,
+    nents: c_int,
+    dir: c_int,
+) -> c_int {
+    #[cfg(CONFIG_INFINIBAND_VIRT_DMA)]
+    {
+        // SAFETY: As this function's contract.
+        if unsafe { uses_virt_dma(dev) } {
+            // SAFETY: As this function's contract; the device takes
+            // virtual addresses, which is what ib_dma_virt_map_sg maps for.
+            return unsafe { bindings::ib_dma_virt_map_sg(dev, sgl, nents) };
+        }
+    }
+    // SAFETY: As this function's contract.
+    unsafe { bindings::riser_ib_dma_map_sg(dev, sgl, nents, dir) }
+}
+
+/// `ib_dma_unmap_sg`, as [`map_sg`]: nothing on a software device.
+///
+/// # Safety
+///
+/// `sgl` (`nents` entries) was mapped on `dev` in direction `dir` by
+/// [`map_sg`], and is unmapped once.
+#[inline(always)]
+unsafe fn unmap_sg(
+    dev: *mut bindings::ib_device,
+    sgl: *mut bindings::scatterlist,
+    nents: c_int,
+    dir: c_int,
+) {
+    // SAFETY: As this function's contract.
+    if !unsafe { uses_virt_dma(dev) } {
+        // SAFETY: As this function's contract.
+        unsafe { bindings::riser_ib_dma_unmap_sg(dev, sgl, nents, dir) };
     }
 }
 
