@@ -30,7 +30,6 @@ struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 					void *context, int ps, int qp_type);
 struct ib_recv_wr;
 struct scatterlist;
-struct scsi_cmnd;
 struct iscsi_cls_conn;
 struct iscsi_cls_session;
 struct iscsi_task;
@@ -45,9 +44,6 @@ void riser_ib_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size, 
 int riser_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir);
 void riser_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents, int dir);
 bool riser_ib_device_try_get(struct ib_device *dev);
-struct scatterlist *riser_scsi_sglist(struct scsi_cmnd *sc);
-unsigned int riser_scsi_sg_count(struct scsi_cmnd *sc);
-unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc);
 struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn);
 struct Scsi_Host *riser_iscsi_session_to_shost(struct iscsi_cls_session *session);
 bool riser_iscsi_task_has_unsol_data(struct iscsi_task *task);

@@ -109,21 +109,6 @@ __riser_helper bool riser_ib_device_try_get(struct ib_device *dev)
 	return ib_device_try_get(dev);
 }
 
-__riser_helper struct scatterlist *riser_scsi_sglist(struct scsi_cmnd *sc)
-{
-	return scsi_sglist(sc);
-}
-
-__riser_helper unsigned int riser_scsi_sg_count(struct scsi_cmnd *sc)
-{
-	return scsi_sg_count(sc);
-}
-
-__riser_helper unsigned int riser_scsi_bufflen(struct scsi_cmnd *sc)
-{
-	return scsi_bufflen(sc);
-}
-
 __riser_helper struct iscsi_cls_session *riser_iscsi_session_of_conn(struct iscsi_cls_conn *conn)
 {
 	return iscsi_conn_to_session(conn);

@@ -360,8 +360,9 @@ impl<'a, T: TransportOps> Task<'a, T> {
         if sc.is_null() {
             return 0;
         }
-        // SAFETY: `sc` is live (above).
-        unsafe { bindings::riser_scsi_bufflen(sc) }
+        // SAFETY: `sc` is live (above). (`scsi_bufflen`, a static inline of
+        // scsi_cmnd.h, read in place.)
+        unsafe { (*sc).sdb.length }
     }
 
     /// Bytes of immediate data libiscsi put in the command PDU.
@@ -506,15 +507,12 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // The command's scatterlist stays valid until the task is freed,
         // whose `cleanup_task` drops the mapping first (`unmap_data`); no
         // completion can come before that, as a reference is held.
-        // SAFETY: So `sgl` is valid and unchanged while the mapping lives.
-        let sg = unsafe {
-            T::DataMap::map(
-                dev,
-                bindings::riser_scsi_sglist(sc),
-                bindings::riser_scsi_sg_count(sc),
-                dir,
-            )?
-        };
+        // SAFETY: So `sgl` is valid and unchanged while the mapping lives;
+        // `sc` is live, as a task with a data direction has one
+        // (`direction`). (`scsi_sglist` and `scsi_sg_count`, static
+        // inlines of scsi_cmnd.h, read in place: a helper would be a call
+        // of its own on a gcc-built kernel.)
+        let sg = unsafe { T::DataMap::map(dev, (*sc).sdb.table.sgl, (*sc).sdb.table.nents, dir)? };
         *self.task.sg_mut() = Some(sg);
         Ok(())
     }
