@@ -284,6 +284,12 @@ ksym_ranges() {
 			if (!rust && inrun) { inrun = 0; if (c > best) { best = c; lo = start; hi = $1 } }
 		} END { if (best) print "rust", lo, hi }')
 		[ -z "${KSYM_RANGE[rust]:-}" ] || echo "${KSYM_RANGE[rust]/ /:}" >"$RAW/rust-range"
+		# Its functions by name, for the report's table by function
+		# (the helpers a gcc-built kernel calls out of line among them).
+		if [ -n "${KSYM_RANGE[rust]:-}" ]; then
+			read -r lo hi <<<"${KSYM_RANGE[rust]}"
+			awk -v lo="$lo" -v hi="$hi" '$2 ~ /^[tTwW]$/ && $1 >= lo && $1 < hi' /proc/kallsyms >"$RAW/rust-syms"
+		fi
 	fi
 	[ -n "${KSYM_RANGE[__switch_to_asm]:-}" ] && [ -n "${KSYM_RANGE[handle_softirqs]:-}" ] &&
 		[ -n "${KSYM_RANGE[scsi_queue_rq]:-}" ]
