@@ -283,10 +283,11 @@ ksym_ranges() {
 			if (rust) c++
 			if (!rust && inrun) { inrun = 0; if (c > best) { best = c; lo = start; hi = $1 } }
 		} END { if (best) print "rust", lo, hi }')
-		[ -z "${KSYM_RANGE[rust]:-}" ] || echo "${KSYM_RANGE[rust]/ /:}" >"$RAW/rust-range"
-		# Its functions by name, for the report's table by function
-		# (the helpers a gcc-built kernel calls out of line among them).
+		# The range, and its functions by name for the report's table by
+		# function (the helpers a gcc-built kernel calls out of line
+		# among them).
 		if [ -n "${KSYM_RANGE[rust]:-}" ]; then
+			echo "${KSYM_RANGE[rust]/ /:}" >"$RAW/rust-range"
 			read -r lo hi <<<"${KSYM_RANGE[rust]}"
 			awk -v lo="$lo" -v hi="$hi" '$2 ~ /^[tTwW]$/ && $1 >= lo && $1 < hi' /proc/kallsyms >"$RAW/rust-syms"
 		fi
