@@ -86,7 +86,9 @@
  * right") and serves it as any other; posting-rsp answers as early-rsp and
  * then, instead of serving the READ, writes to its STag LATE_MS after it
  * came (a late write: "evil: late write refused ..." is the initiator's
- * right answer).
+ * right answer). SIGUSR2 arms the mode that fired last again, its state
+ * cleared ("evil: re-armed MODE"): the test plays an early answer again
+ * when the target's guess missed.
  *
  * silent-redo is silent-all (every TMF refused, so the initiator ends in a
  * session reset) whose trigger READ, sent again on the next connection, is
@@ -253,6 +255,8 @@ static struct conn *cur;
 static struct rdma_event_channel *ec;
 /* SIGUSR1: print the commands the target waits on (state_dump). */
 static volatile sig_atomic_t dump_wanted;
+/* SIGUSR2: arm the mode that fired last again (rearm). */
+static volatile sig_atomic_t rearm_wanted;
 
 static void logv(const char *fmt, ...)
 {
@@ -3154,6 +3158,27 @@ static void on_usr1(int sig)
 	dump_wanted = 1;
 }
 
+static void on_usr2(int sig)
+{
+	(void)sig;
+	rearm_wanted = 1;
+}
+
+/*
+ * The mode that fired last, armed again, with the early answers' state
+ * cleared (the only modes the test plays again: a guess that missed).
+ */
+static void rearm(void)
+{
+	if (next_mode == 0)
+		return;
+	next_mode--;
+	mode = modes[next_mode];
+	memset(&early_rsp, 0, sizeof(early_rsp));
+	printf("evil: re-armed %s\n", mode->name);
+	fflush(stdout);
+}
+
 /* What the current connection waits for: WRITEs missing data, sends in flight. */
 static void state_dump(struct conn *c)
 {
@@ -3266,11 +3291,23 @@ static int conn_turn(struct conn *c, struct pollfd *fd)
 	return timeout;
 }
 
+/*
+ * SIGUSR2 is blocked but while the loop waits (ppoll), so that one sent
+ * after the loop looked for it still ends the wait.
+ */
 static int serve(void)
 {
+	sigset_t usr2, waiting;
+
+	sigemptyset(&usr2);
+	sigaddset(&usr2, SIGUSR2);
+	if (sigprocmask(SIG_BLOCK, &usr2, &waiting))
+		return 1;
+	sigdelset(&waiting, SIGUSR2);
 	for (;;) {
 		struct pollfd fds[2] = { { .fd = ec->fd, .events = POLLIN } };
 		int nfds = 1, timeout = 1000;
+		struct timespec ts;
 
 		if (cur) {
 			timeout = conn_turn(cur, &fds[1]);
@@ -3280,11 +3317,17 @@ static int serve(void)
 			dump_wanted = 0;
 			state_dump(cur);
 		}
+		if (rearm_wanted) {
+			rearm_wanted = 0;
+			rearm();
+		}
 		if (cur && cur->closing && !cur->disconnecting) {
 			cur->disconnecting = true;
 			rdma_disconnect(cur->id);
 		}
-		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
+		ts.tv_sec = timeout / 1000;
+		ts.tv_nsec = timeout % 1000 * 1000000L;
+		if (ppoll(fds, nfds, timeout < 0 ? NULL : &ts, &waiting) < 0 && errno != EINTR)
 			return 1;
 		if (cur && (fds[1].revents & POLLIN)) {
 			struct ibv_cq *cq;
@@ -3340,6 +3383,7 @@ int main(int argc, char **argv)
 		usage();
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGUSR1, on_usr1);
+	signal(SIGUSR2, on_usr2);
 	/* The disk, and scratch after it for INQUIRY and friends (a page) and
 	 * for late RDMA READs. */
 	disk = calloc(1, disk_size + SCRATCH);
