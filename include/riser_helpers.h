@@ -51,6 +51,10 @@ bool riser_iscsi_put_task_not_last(struct iscsi_task *task);
 struct iscsi_conn;
 void riser_iscsi_back_lock(struct iscsi_conn *conn);
 void riser_iscsi_back_unlock(struct iscsi_conn *conn);
+void riser_sg_init_one(struct scatterlist *sg, const void *buf, unsigned int len);
+struct iscsi_session;
+void riser_iscsi_session_lock(struct iscsi_session *session);
+void riser_iscsi_session_unlock(struct iscsi_session *session);
 /*
  * The context rust/iscsi checks before it takes libiscsi's session locks:
  * transport callbacks that libiscsi calls under them mark the CPU (with

@@ -140,6 +140,25 @@ __riser_helper void riser_iscsi_back_unlock(struct iscsi_conn *conn)
 	spin_unlock(&conn->session->back_lock);
 }
 
+/* One entry for a kernel buffer (KUnit's mappings). */
+void riser_sg_init_one(struct scatterlist *sg, const void *buf, unsigned int len)
+{
+	sg_init_one(sg, buf, len);
+}
+
+/* Both session locks, in libiscsi's order, bottom halves off. */
+void riser_iscsi_session_lock(struct iscsi_session *session)
+{
+	spin_lock_bh(&session->frwd_lock);
+	spin_lock(&session->back_lock);
+}
+
+void riser_iscsi_session_unlock(struct iscsi_session *session)
+{
+	spin_unlock(&session->back_lock);
+	spin_unlock_bh(&session->frwd_lock);
+}
+
 /* How deep this CPU is in transport callbacks run under libiscsi's locks. */
 static DEFINE_PER_CPU(unsigned int, riser_iscsi_locked);
 

@@ -310,9 +310,11 @@ mod tests {
 
     impl crate::kernel_ext::sg::SgMapping for NoMapping {
         type Device = ();
+        type Keep = ();
 
         unsafe fn map(
             _dev: &(),
+            _keep: &mut (),
             _sgl: *mut bindings::scatterlist,
             _nents: u32,
             _dir: kernel::dma::DataDirection,

@@ -60,7 +60,9 @@ pub(crate) const HDR_ROOM: usize = 32;
 /// What the layer keeps in each libiscsi task's `dd_data`: the header
 /// libiscsi builds PDUs in, the data mapping (of the transport's type
 /// [`TransportOps::DataMap`], made and dropped by the layer, so it is
-/// always undone in cleanup) and what the task's [`TaskRef`]s reach.
+/// always undone in cleanup), what the mappings of the slot keep from one
+/// to the next (its [`SgMapping::Keep`]) and what the task's [`TaskRef`]s
+/// reach.
 ///
 /// # Invariants
 ///
@@ -74,11 +76,21 @@ pub(crate) const HDR_ROOM: usize = 32;
 /// once per transmission. `sg` is accessed only through
 /// a [`Task`] of the slot, by `&mut` to change it (`map_data`,
 /// `unmap_data`), and libiscsi never runs two callbacks of one task at
-/// once that reach it (see [`Task`]).
+/// once that reach it (see [`Task`]), and by [`release_keeps`], which
+/// reads it with the session's `frwd_lock` and `back_lock` held (so while
+/// no `map_data`, which runs under the first, nor `unmap_data`, which runs
+/// under the second, can). `keep` and `drop_keep` are accessed by those
+/// same three (`map_data` reaches `keep` only), the same way; `keep` is
+/// given to [`SgMapping::map`] only with `sg` empty, and dropped or
+/// replaced only while `sg` is empty.
 #[repr(C)]
 pub(super) struct TaskSlot<T: TransportOps> {
     pub(super) head: SlotHead,
     sg: UnsafeCell<Option<T::DataMap>>,
+    keep: UnsafeCell<<T::DataMap as SgMapping>::Keep>,
+    /// [`release_keeps`] found the slot mapped: its `unmap_data` drops
+    /// `keep` too.
+    drop_keep: UnsafeCell<bool>,
 }
 
 /// The start of every [`TaskSlot`], laid out the same whatever the
@@ -89,6 +101,9 @@ pub(super) struct SlotHead {
     room: Opaque<[u8; HDR_ROOM]>,
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,
     pub(super) refs: SlotRefs,
+    /// [`TaskSlot::release_keep`] of the slot's transport, for
+    /// [`release_keeps`], which does not know it.
+    release_keep: unsafe fn(*mut SlotHead),
 }
 
 // `room` ends where the BHS starts, and the BHS is all of `iscsi_hdr`.
@@ -136,8 +151,11 @@ impl<T: TransportOps> TaskSlot<T> {
                         task,
                         put_work: Opaque::uninit(),
                     },
+                    release_keep: Self::release_keep,
                 },
                 sg: UnsafeCell::new(None),
+                keep: UnsafeCell::new(Default::default()),
+                drop_keep: UnsafeCell::new(false),
             })
         };
         // SAFETY: The work item is in the slot, which stays in place (function
@@ -161,13 +179,73 @@ impl<T: TransportOps> TaskSlot<T> {
     /// `slot` must be an initialised slot of a task libiscsi no longer
     /// uses, with no [`Task`] or [`TaskRef`] alive on it (its count zero).
     pub(super) unsafe fn take_contents(slot: *mut Self) {
-        // SAFETY: No `Task` reaches `sg` (function contract).
-        drop(unsafe { (*(*slot).sg.get()).take() });
+        // SAFETY: No `Task` reaches `sg` or `keep` (function contract), and
+        // the session is going, so no `release_keeps` either; the mapping
+        // goes before what it kept.
+        unsafe {
+            drop((*(*slot).sg.get()).take());
+            drop(core::mem::take(&mut *(*slot).keep.get()));
+        }
         // With the count at zero the work is not queued (a queued put is
         // counted); this waits for one whose last step, the count, is done.
         // SAFETY: The work item was initialised with the slot.
         unsafe { bindings::cancel_work_sync((*slot).head.refs.put_work.get()) };
     }
+}
+
+impl<T: TransportOps> TaskSlot<T> {
+    /// Drops the slot's keep if it has no mapping, or has its
+    /// `unmap_data` drop it.
+    ///
+    /// # Safety
+    ///
+    /// `head` is the head of an initialised `TaskSlot<T>` of a live
+    /// session, whose `frwd_lock` and `back_lock` the caller holds.
+    unsafe fn release_keep(head: *mut SlotHead) {
+        // `head` is the slot's first field (`repr(C)`).
+        let slot = head.cast::<Self>();
+        // SAFETY: With both locks held no `map_data` or `unmap_data` runs
+        // on the slot, and nothing else reaches these fields (type
+        // invariant).
+        unsafe {
+            if (*(*slot).sg.get()).is_none() {
+                // No mapping made with it is alive.
+                drop(core::mem::take(&mut *(*slot).keep.get()));
+            } else {
+                *(*slot).drop_keep.get() = true;
+            }
+        }
+    }
+}
+
+/// Has every task slot of `session` give up what its mappings keep (its
+/// [`SgMapping::Keep`]: a reference on a device): at once where the slot
+/// has no mapping, at its unmapping otherwise. So that a device can go
+/// while a session that used it lives on: a connection that fails while
+/// bound is stopped by scsi_transport_iscsi's cleanup work, iscsid or not.
+///
+/// # Safety
+///
+/// `session` must be a live session made by `create_session` (its task
+/// slots initialised), and its `frwd_lock` and `back_lock` free for this
+/// thread to take with bottom halves off: not held by it, as they are
+/// around `init_task`, `xmit_task` and `cleanup_task`, and not in a hard
+/// interrupt (`stop_conn_callback`, in process context, is the caller).
+pub(super) unsafe fn release_keeps(session: *mut bindings::iscsi_session) {
+    // SAFETY: The session is live (function contract).
+    unsafe { bindings::riser_iscsi_session_lock(session) };
+    // SAFETY: As above: its `cmds` holds `cmds_max` tasks, each with an
+    // initialised slot in its `dd_data`, whose head is its first field;
+    // both locks are held.
+    unsafe {
+        for i in 0..(*session).cmds_max.unsigned_abs() {
+            let task = *(*session).cmds.add(usize::from_safe_cast(i));
+            let head = (*task).dd_data.cast::<SlotHead>();
+            ((*head).release_keep)(head);
+        }
+    }
+    // SAFETY: Taken just above.
+    unsafe { bindings::riser_iscsi_session_unlock(session) };
 }
 
 impl SlotRefs {
@@ -224,8 +302,10 @@ pub(crate) enum Direction {
 /// and `sc`'s scatterlist are valid for `'a`. One `Task` exists per
 /// callback, and libiscsi runs the callbacks of one task one at a time
 /// (`init_task` and `xmit_task` under the session's `frwd_lock`;
-/// `cleanup_task` only once no reference, so no `xmit_task`, is left): the
-/// slot's `sg` is reached by no one else while a `Task` borrows it. The
+/// `cleanup_task`, from `iscsi_free_task`, under its `back_lock`, only once
+/// no reference, so no `xmit_task`, is left): the slot's `sg` and `keep`
+/// are reached by no one else while a `Task` borrows them (but
+/// [`release_keeps`], which takes both locks). The
 /// task's fields are read through the raw pointer, never through a
 /// reference to the whole `iscsi_task`, which libiscsi changes under us.
 pub(crate) struct Task<'a, T: TransportOps> {
@@ -383,12 +463,20 @@ impl<'a, T: TransportOps> Task<'a, T> {
         unsafe { (*(*self.raw()).conn).max_xmit_dlength }
     }
 
-    /// The slot's mapping cell, as a unique reference.
-    fn sg_mut(&mut self) -> &mut Option<T::DataMap> {
+    /// The slot's mapping cell and keep, as unique references.
+    fn sg_keep_mut(
+        &mut self,
+    ) -> (
+        &mut Option<T::DataMap>,
+        &mut <T::DataMap as SgMapping>::Keep,
+    ) {
+        let slot = self.slot();
         // SAFETY: `dd_data` holds this task's initialised slot; nothing but
-        // this `Task` reaches its `sg` now (type invariant), and `&mut
-        // self` excludes every other borrow made through it.
-        unsafe { &mut *(*self.slot()).sg.get() }
+        // this `Task` reaches its `sg` and `keep` now (type invariant, and
+        // `TaskSlot`'s: `release_keeps` waits for the lock libiscsi holds
+        // around this callback), and `&mut self` excludes every other
+        // borrow made through it. Two fields: the borrows are disjoint.
+        unsafe { (&mut *(*slot).sg.get(), &mut *(*slot).keep.get()) }
     }
 
     /// The data mapping made by [`XmitTask::map_data`], if any. The borrow
@@ -401,7 +489,18 @@ impl<'a, T: TransportOps> Task<'a, T> {
     }
 
     pub(super) fn unmap_data(&mut self) {
-        drop(self.sg_mut().take());
+        let slot = self.slot();
+        let (sg, keep) = self.sg_keep_mut();
+        drop(sg.take());
+        // SAFETY: As in `sg_keep_mut`: `drop_keep` is reached by no one else
+        // during the callback.
+        let drop_keep = unsafe { &mut *(*slot).drop_keep.get() };
+        if *drop_keep {
+            // A connection stopped while the slot was mapped: what the
+            // mapping kept goes with it.
+            *drop_keep = false;
+            drop(core::mem::take(keep));
+        }
     }
 
     /// Takes a reference on the task: libiscsi frees it (`cleanup_task`,
@@ -503,7 +602,8 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
             _ => return Err(EINVAL),
         };
         let sc = self.task.sc();
-        drop(self.task.sg_mut().take());
+        let (sg, keep) = self.task.sg_keep_mut();
+        drop(sg.take());
         // The command's scatterlist stays valid until the task is freed,
         // whose `cleanup_task` drops the mapping first (`unmap_data`); no
         // completion can come before that, as a reference is held.
@@ -512,8 +612,12 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // (`direction`). (`scsi_sglist` and `scsi_sg_count`, static
         // inlines of scsi_cmnd.h, read in place: a helper would be a call
         // of its own on a gcc-built kernel.)
-        let sg = unsafe { T::DataMap::map(dev, (*sc).sdb.table.sgl, (*sc).sdb.table.nents, dir)? };
-        *self.task.sg_mut() = Some(sg);
+        // `keep` is the slot's, no mapping made with it is alive (`sg`
+        // empty just above), and it is neither dropped nor replaced while
+        // `sg` holds the new one (type invariant of `TaskSlot`).
+        let m =
+            unsafe { T::DataMap::map(dev, keep, (*sc).sdb.table.sgl, (*sc).sdb.table.nents, dir)? };
+        *sg = Some(m);
         Ok(())
     }
 

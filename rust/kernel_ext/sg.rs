@@ -35,18 +35,35 @@ pub(crate) fn device_reads(dir: DataDirection) -> bool {
 }
 
 /// A scatterlist mapped for a device's DMA, unmapped when dropped.
+///
+/// What keeps the device usable for a mapping (a reference on it) is not
+/// the mapping's own but its task slot's: a [`SgMapping::Keep`], which
+/// the slot keeps from one mapping to the next, so that the commands of a
+/// session do not each take and drop one. The layer that owns the slots
+/// drops a slot's `Keep` (or puts a fresh `Default` in its place) when the
+/// device may have to go: with no mapping made with it alive, when a
+/// connection of the session stops.
 pub(crate) trait SgMapping: Sized + Send + Sync + 'static {
     /// What the mapping is made for.
     type Device: Send + Sync;
 
-    /// Maps the `nents` entries of `sgl` on `dev` for `dir`.
+    /// What a task slot keeps between its mappings (`Default`: nothing).
+    type Keep: Default + Send + Sync + 'static;
+
+    /// Maps the `nents` entries of `sgl` on `dev` for `dir`, with `keep`
+    /// (the slot's), which it may replace (when it was for another device
+    /// or held nothing).
     ///
     /// # Safety
     ///
     /// `sgl` must be a valid scatterlist of `nents` entries that stays
-    /// valid and unchanged until the returned value is dropped.
+    /// valid and unchanged until the returned value is dropped. No mapping
+    /// made with `keep` before may be alive, and until the returned value
+    /// is dropped `keep` may be neither dropped, replaced nor given to
+    /// another call of `map`.
     unsafe fn map(
         dev: &Self::Device,
+        keep: &mut Self::Keep,
         sgl: *mut bindings::scatterlist,
         nents: u32,
         dir: DataDirection,

@@ -368,6 +368,12 @@ impl Drop for MapDevice {
 }
 
 impl MapRef {
+    /// Whether this reference was taken from `dev` ([`MapDevice::get`]).
+    #[inline(always)]
+    pub(crate) fn is_of(&self, dev: &MapDevice) -> bool {
+        self.inner == dev.inner
+    }
+
     /// The device.
     #[inline(always)]
     pub(super) fn raw(&self) -> *mut bindings::ib_device {

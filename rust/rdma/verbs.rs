@@ -310,6 +310,8 @@ mod tests {
             CmId,
             CmIdRef, //
         },
+        conn::DmaSg,
+        device::MapRef,
         Client,
         ClientDriver,
         ClientRegistry,
@@ -318,6 +320,7 @@ mod tests {
     };
     use super::*;
     use crate::kernel_ext::registry::registry;
+    use crate::kernel_ext::sg::SgMapping;
     use core::{
         net::{
             Ipv4Addr,
@@ -337,6 +340,10 @@ mod tests {
             Completion,
             Mutex, //
         },
+    };
+    use kernel::{
+        dma::DataDirection,
+        types::Opaque, //
     };
 
     /// What the test client found on the devices it was given.
@@ -405,6 +412,52 @@ mod tests {
         // SAFETY: No arguments; process context (the client's `add`).
         unsafe { bindings::rcu_barrier() };
         if count() != before {
+            return Err(EBADE);
+        }
+        map_keeps(dev, &d)
+    }
+
+    /// A slot's keep (`DmaSg`'s `SgMapping::Keep`): taken at the first
+    /// mapping, kept for the next one on the same device, replaced (the
+    /// old reference given back) for another, and no reference left once
+    /// the keep and the `MapDevice`s are gone.
+    fn map_keeps(dev: &Device, d: &DeviceRef) -> Result {
+        // SAFETY: As in `map_refs`.
+        let count = || unsafe { (*dev.as_raw()).refcount.refs.counter };
+        let before = count();
+        let (m1, m2) = (MapDevice::new(d)?, MapDevice::new(d)?);
+        let buf = KVec::<u8>::from_elem(0, 512, GFP_KERNEL)?;
+        let sg = KBox::new(Opaque::<bindings::scatterlist>::zeroed(), GFP_KERNEL)?;
+        // SAFETY: `sg` is one zeroed entry, `buf` 512 bytes of kernel memory,
+        // both live until the end of this function.
+        unsafe { bindings::riser_sg_init_one(sg.get(), buf.as_ptr().cast(), 512) };
+        let mut keep = None;
+        let map = |m: &MapDevice, keep: &mut Option<MapRef>| {
+            // SAFETY: `sg` is valid for one entry until the end of the
+            // function; each mapping is dropped before the next `map` and
+            // before `keep` changes.
+            unsafe { DmaSg::map(m, keep, sg.get(), 1, DataDirection::FromDevice) }
+        };
+        let a = map(&m1, &mut keep)?;
+        let first = keep.as_ref().is_some_and(|r| r.is_of(&m1)) && a.count() == 1;
+        drop(a);
+        let b = map(&m1, &mut keep)?;
+        let kept = keep.as_ref().is_some_and(|r| r.is_of(&m1)) && b.count() == 1;
+        drop(b);
+        let c = map(&m2, &mut keep)?;
+        let replaced = keep.as_ref().is_some_and(|r| r.is_of(&m2) && !r.is_of(&m1));
+        drop(c);
+        // `m1` killed: its last reference (the keep's) went with the
+        // replacement, so only `m2`'s hold the device.
+        drop(m1);
+        // SAFETY: As in `map_refs`.
+        unsafe { bindings::rcu_barrier() };
+        let one_left = count() == before + 1;
+        drop(keep);
+        drop(m2);
+        // SAFETY: As above.
+        unsafe { bindings::rcu_barrier() };
+        if !(first && kept && replaced && one_left) || count() != before {
             return Err(EBADE);
         }
         Ok(())

@@ -5,7 +5,10 @@
 
 use super::{
     super::{
-        task::BHS_LEN,
+        task::{
+            release_keeps,
+            BHS_LEN, //
+        },
         Conn,
         ConnSlot,
         CustomStats,
@@ -227,6 +230,13 @@ pub(super) unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
     // SAFETY: The connection is live; libiscsi fails its tasks (the layer's
     // `cleanup_task` calls nothing of the transport's).
     unsafe { bindings::iscsi_conn_stop(cls_conn, flag) };
+    // What the session's mappings keep (the device of this connection's
+    // transport) goes: the session may come back on another device, or
+    // never, and this one may be going. Process context, outside every
+    // session lock (scsi_transport_iscsi's netlink path).
+    // SAFETY: A live connection has a live session, made by
+    // `create_session`; this thread holds none of its locks.
+    unsafe { release_keeps((*conn).session) };
     // SAFETY: Nothing reads the binding any more.
     unsafe { unbind_ep::<T>(conn) };
 }

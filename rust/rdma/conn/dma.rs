@@ -519,11 +519,14 @@ pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) 
 ///
 /// # Invariants
 ///
-/// `sgl` has `nents` entries mapped on `dev`'s device (which `dev` keeps
-/// registered) into `count` DMA segments, and stays valid until this value
-/// is dropped, which unmaps it.
+/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments,
+/// and stays valid until this value is dropped, which unmaps it. `dev` is
+/// the device of the [`MapRef`] in the task slot's keep the mapping was
+/// made with, which (contract of [`SgMapping::map`]) is neither dropped
+/// nor replaced before this value is: the device stays registered until
+/// then.
 pub(crate) struct DmaSg {
-    pub(super) dev: MapRef,
+    pub(super) dev: NonNull<bindings::ib_device>,
     pub(super) sgl: NonNull<bindings::scatterlist>,
     pub(super) nents: c_int,
     pub(super) count: c_int,
@@ -539,9 +542,12 @@ unsafe impl Sync for DmaSg {}
 
 impl SgMapping for DmaSg {
     type Device = MapDevice;
+    /// The reference on the device of the slot's last mapping.
+    type Keep = Option<MapRef>;
 
     unsafe fn map(
         dev: &MapDevice,
+        keep: &mut Option<MapRef>,
         sgl: *mut bindings::scatterlist,
         nents: u32,
         dir: DataDirection,
@@ -552,16 +558,27 @@ impl SgMapping for DmaSg {
         if fault::hit(Site::DmaMap) {
             return Err(ENOMEM);
         }
-        // Keeps the device registered while mapped: a per-CPU count.
-        let dev = dev.get();
-        // SAFETY: `sgl` is valid for `nents` entries (function contract).
-        let count = unsafe { map_sg(dev.raw(), sgl.as_ptr(), nents, raw_dir) };
+        // The slot's reference keeps the device registered while mapped:
+        // taken at its first mapping on the device (a per-CPU count),
+        // then kept. Replacing one for another device drops it, which no
+        // live mapping needs (function contract).
+        let held = match keep {
+            Some(r) if r.is_of(dev) => &*r,
+            _ => first_on(dev, keep),
+        };
+        let raw = held.raw();
+        // SAFETY: `sgl` is valid for `nents` entries (function contract);
+        // the device is registered while `held` is.
+        let count = unsafe { map_sg(raw, sgl.as_ptr(), nents, raw_dir) };
         if count <= 0 {
             return Err(ENOMEM);
         }
-        // INVARIANT: mapped just above into `count` segments.
+        // INVARIANT: mapped just above into `count` segments, on the device
+        // of the keep's reference, which stays until this value is dropped
+        // (function contract).
         Ok(Self {
-            dev,
+            // SAFETY: A registered device's pointer is not null.
+            dev: unsafe { NonNull::new_unchecked(raw) },
             sgl,
             nents,
             count,
@@ -569,6 +586,15 @@ impl SgMapping for DmaSg {
             raw_dir,
         })
     }
+}
+
+/// A slot's first mapping on `dev`: a reference taken there, in place of
+/// the one `keep` held for another device (out of line: once per slot and
+/// device).
+#[cold]
+#[inline(never)]
+fn first_on<'k>(dev: &MapDevice, keep: &'k mut Option<MapRef>) -> &'k MapRef {
+    keep.insert(dev.get())
 }
 
 impl DmaSg {
@@ -592,7 +618,7 @@ impl DmaSg {
             len,
             lkey: pd.local_dma_lkey(),
             mr: None,
-            dev: self.dev.raw(),
+            dev: self.dev.as_ptr(),
             to_device: sg::device_reads(self.dir),
             _sg: PhantomData,
         })
@@ -611,7 +637,7 @@ impl DmaSg {
             len,
             lkey: pd.local_dma_lkey(),
             mr: None,
-            dev: self.dev.raw(),
+            dev: self.dev.as_ptr(),
             to_device: sg::device_reads(self.dir),
             _sg: PhantomData,
         })
@@ -620,7 +646,7 @@ impl DmaSg {
     /// As [`DmaSg::single`], for a `pd` on the device of the mapping (its
     /// keys name this device's addresses only).
     fn single_on(&self, pd: &Pd) -> Option<(u64, u32)> {
-        (pd.device_ptr() == self.dev.raw())
+        (pd.device_ptr() == self.dev.as_ptr())
             .then(|| self.single())
             .flatten()
     }
@@ -641,9 +667,16 @@ impl DmaSg {
 
 impl Drop for DmaSg {
     fn drop(&mut self) {
-        // SAFETY: Mapped with these arguments (type invariant); unmapping
-        // takes the original entry count.
-        unsafe { unmap_sg(self.dev.raw(), self.sgl.as_ptr(), self.nents, self.raw_dir) };
+        // SAFETY: Mapped with these arguments, on a device still registered
+        // (type invariant); unmapping takes the original entry count.
+        unsafe {
+            unmap_sg(
+                self.dev.as_ptr(),
+                self.sgl.as_ptr(),
+                self.nents,
+                self.raw_dir,
+            )
+        };
     }
 }
 

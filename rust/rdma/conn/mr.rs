@@ -98,7 +98,7 @@ impl MrSlot {
         // allocation and never changed.
         let dev = unsafe { (*p).device };
         // An MR maps addresses of its own device only.
-        if dev != sg.dev.raw() {
+        if dev != sg.dev.as_ptr() {
             return Err(EINVAL);
         }
         // The keys' low byte is the consumer's to rotate; the registration in
