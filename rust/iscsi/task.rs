@@ -101,9 +101,6 @@ pub(super) struct SlotHead {
     room: Opaque<[u8; HDR_ROOM]>,
     pub(super) hdr: Opaque<bindings::iscsi_hdr>,
     pub(super) refs: SlotRefs,
-    /// [`TaskSlot::release_keep`] of the slot's transport, for
-    /// [`release_keeps`], which does not know it.
-    release_keep: unsafe fn(*mut SlotHead),
 }
 
 // `room` ends where the BHS starts, and the BHS is all of `iscsi_hdr`.
@@ -151,7 +148,6 @@ impl<T: TransportOps> TaskSlot<T> {
                         task,
                         put_work: Opaque::uninit(),
                     },
-                    release_keep: Self::release_keep,
                 },
                 sg: UnsafeCell::new(None),
                 keep: UnsafeCell::new(Default::default()),
@@ -199,11 +195,9 @@ impl<T: TransportOps> TaskSlot<T> {
     ///
     /// # Safety
     ///
-    /// `head` is the head of an initialised `TaskSlot<T>` of a live
-    /// session, whose `frwd_lock` and `back_lock` the caller holds.
-    unsafe fn release_keep(head: *mut SlotHead) {
-        // `head` is the slot's first field (`repr(C)`).
-        let slot = head.cast::<Self>();
+    /// `slot` is an initialised slot of a live session, whose `frwd_lock`
+    /// and `back_lock` the caller holds.
+    unsafe fn release_keep(slot: *mut Self) {
         // SAFETY: With both locks held no `map_data` or `unmap_data` runs
         // on the slot, and nothing else reaches these fields (type
         // invariant).
@@ -226,22 +220,20 @@ impl<T: TransportOps> TaskSlot<T> {
 ///
 /// # Safety
 ///
-/// `session` must be a live session made by `create_session` (its task
-/// slots initialised), and its `frwd_lock` and `back_lock` free for this
+/// `session` must be a live session made by `create_session::<T>` (its
+/// task slots initialised), and its `frwd_lock` and `back_lock` free for this
 /// thread to take with bottom halves off: not held by it, as they are
 /// around `init_task`, `xmit_task` and `cleanup_task`, and not in a hard
 /// interrupt (`stop_conn_callback`, in process context, is the caller).
-pub(super) unsafe fn release_keeps(session: *mut bindings::iscsi_session) {
+pub(super) unsafe fn release_keeps<T: TransportOps>(session: *mut bindings::iscsi_session) {
     // SAFETY: The session is live (function contract).
     unsafe { bindings::riser_iscsi_session_lock(session) };
     // SAFETY: As above: its `cmds` holds `cmds_max` tasks, each with an
-    // initialised slot in its `dd_data`, whose head is its first field;
-    // both locks are held.
+    // initialised `TaskSlot<T>` in its `dd_data`; both locks are held.
     unsafe {
         for i in 0..(*session).cmds_max.unsigned_abs() {
             let task = *(*session).cmds.add(usize::from_safe_cast(i));
-            let head = (*task).dd_data.cast::<SlotHead>();
-            ((*head).release_keep)(head);
+            TaskSlot::<T>::release_keep((*task).dd_data.cast::<TaskSlot<T>>());
         }
     }
     // SAFETY: Taken just above.

@@ -234,9 +234,9 @@ pub(super) unsafe extern "C" fn stop_conn_callback<T: TransportOps>(
     // transport) goes: the session may come back on another device, or
     // never, and this one may be going. Process context, outside every
     // session lock (scsi_transport_iscsi's netlink path).
-    // SAFETY: A live connection has a live session, made by
-    // `create_session`; this thread holds none of its locks.
-    unsafe { release_keeps((*conn).session) };
+    // SAFETY: A live connection of this transport has a live session, made
+    // by `create_session::<T>`; this thread holds none of its locks.
+    unsafe { release_keeps::<T>((*conn).session) };
     // SAFETY: Nothing reads the binding any more.
     unsafe { unbind_ep::<T>(conn) };
 }
