@@ -564,7 +564,9 @@ impl SgMapping for DmaSg {
         // live mapping needs (function contract).
         let held = match keep {
             Some(r) if r.is_of(dev) => &*r,
-            _ => first_on(dev, keep),
+            // SAFETY: No mapping made with `keep` is alive (function
+            // contract).
+            _ => unsafe { first_on(dev, keep) },
         };
         let raw = held.raw();
         // SAFETY: `sgl` is valid for `nents` entries (function contract);
@@ -591,9 +593,14 @@ impl SgMapping for DmaSg {
 /// A slot's first mapping on `dev`: a reference taken there, in place of
 /// the one `keep` held for another device (out of line: once per slot and
 /// device).
+///
+/// # Safety
+///
+/// No mapping made with `keep` may be alive: the reference it holds is
+/// dropped.
 #[cold]
 #[inline(never)]
-fn first_on<'k>(dev: &MapDevice, keep: &'k mut Option<MapRef>) -> &'k MapRef {
+unsafe fn first_on<'k>(dev: &MapDevice, keep: &'k mut Option<MapRef>) -> &'k MapRef {
     keep.insert(dev.get())
 }
 
