@@ -23,10 +23,10 @@ mod device;
 mod failure;
 mod memory;
 mod recv;
-mod res;
 mod send;
 mod stats;
 mod tags;
+mod tx;
 
 use crate::{
     iscsi::{
@@ -94,7 +94,7 @@ use kernel::{
         ArcBorrow, //
     },
 };
-use send::TaskBufs;
+use tx::TaskBufs;
 
 /// The module: the registered transport, the queue that frees torn-down
 /// connections, the RDMA client and the SCSI host template, torn down in
@@ -498,7 +498,7 @@ impl TransportOps for Iser {
     }
 
     fn custom_stats(ep: &IserConn, out: &mut CustomStats<'_>) {
-        stats::fill(ep, out);
+        ep.counters.fill(out);
     }
 }
 
@@ -533,7 +533,7 @@ fn make_task_slots(ep: &IserConn, domain: SlotDomain, tasks: u32) -> Result {
         tasks,
         pages,
         crate::proto::pdu::HEADERS_LEN,
-        send::HEADER_ALIGN,
+        tx::HEADER_ALIGN,
     )?;
     let bufs = TaskBufs::new(&dev, tasks)?;
     let res = ep.res().ok_or(ENOTCONN)?;

@@ -2,6 +2,9 @@
 
 //! Why riser fails a connection, as its log line says it.
 
+use crate::proto::pdu::TargetOpcode;
+use kernel::prelude::*;
+
 /// What a path that may fail the connection returns: its value, or why
 /// the connection must fail.
 pub(crate) type FailResult<T = ()> = core::result::Result<T, Failure>;
@@ -126,4 +129,17 @@ impl kernel::fmt::Display for Failure {
     fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The target invalidated `rkey` with a PDU (`opcode`, for ITT `itt`)
+/// whose command did not give it that key.
+#[cold]
+pub(super) fn foreign(rkey: u32, opcode: TargetOpcode, itt: u32) -> Failure {
+    pr_err!(
+        "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
+        rkey,
+        opcode,
+        itt
+    );
+    Failure::ForeignInvalidation
 }

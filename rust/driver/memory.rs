@@ -15,12 +15,11 @@
 //! NOP-Out, TMF, logout) keep their bookkeeping in [`Track`], under a lock.
 
 use super::{
-    conn::IserConn,
     failure::{
+        self,
         FailResult,
         Failure, //
     },
-    recv,
     stats::Counters,
     tags::{
         SendTag,
@@ -33,6 +32,7 @@ use crate::{
         Task,
         TaskHold,
         TaskRef, //
+        ITT_INDEX_MASK,
     },
     proto::{
         pdu::{
@@ -53,10 +53,14 @@ use crate::{
             TmfRequest, //
         },
     },
-    rdma::conn::{
-        CmdClaim,
-        Connection,
-        SendOp, //
+    rdma::{
+        cm::CmHandler,
+        conn::{
+            CmdClaim,
+            Connection,
+            QpHandler,
+            SendOp, //
+        },
     },
 };
 use kernel::num::casts::FromSafeCast;
@@ -153,6 +157,12 @@ impl Slot {
         // Whatever the word said: nothing of the command is reachable now.
         self.hold.take()
     }
+}
+
+/// The task slot an ITT names: libiscsi builds ITTs in host byte order
+/// (get_itt()).
+pub(super) fn slot_of(itt: u32) -> u32 {
+    u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
 }
 
 /// Whether a command in `scope` keeps a TMF Response back, of the slots'
@@ -407,7 +417,11 @@ impl Cmds {
     /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]);
     /// else [`slot::send_done`] decides.
     #[inline(always)]
-    pub(super) fn send_completed(&self, conn: &Connection<IserConn>, idx: u32) -> Option<Done> {
+    pub(super) fn send_completed<H: CmHandler + QpHandler>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+    ) -> Option<Done> {
         let s = self.slots.get(usize::from_safe_cast(idx))?;
         let cur = s.word();
         if !cur.send_due() {
@@ -465,7 +479,10 @@ impl Cmds {
     /// mapped into the slot's MR: a remap while the last command's key is
     /// valid would hand that key the new command's pages.
     #[inline(always)]
-    pub(super) fn quiet<'a>(&'a self, claim: &'a CmdClaim<'_, IserConn>) -> Result<Quiet<'a>> {
+    pub(super) fn quiet<'a, H: CmHandler + QpHandler>(
+        &'a self,
+        claim: &'a CmdClaim<'_, H>,
+    ) -> Result<Quiet<'a>> {
         let idx = claim.index();
         let slot = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
         let word = slot.word();
@@ -482,7 +499,11 @@ impl Cmds {
     /// the word found, and what waited for the post (a response that came
     /// in the window: its LOCAL_INV, or its completion) goes now.
     #[inline(always)]
-    pub(super) fn posted(&self, conn: &Connection<IserConn>, p: Published<'_>) -> Done {
+    pub(super) fn posted<H: CmHandler + QpHandler>(
+        &self,
+        conn: &Connection<H>,
+        p: Published<'_>,
+    ) -> Done {
         let next = slot::posted_untouched(p.word);
         if p.slot.word.cmpxchg(p.word.raw(), next.raw(), Full).is_ok() {
             return Done {
@@ -508,9 +529,9 @@ impl Cmds {
     /// target's are refused in [`Cmds::response_arrived`]): a warning, and
     /// the connection fails.
     #[inline]
-    pub(super) fn slot_event(
+    pub(super) fn slot_event<H: CmHandler + QpHandler>(
         &self,
-        conn: &Connection<IserConn>,
+        conn: &Connection<H>,
         idx: u32,
         f: impl Fn(Word) -> core::result::Result<Step, Violation>,
     ) -> Done {
@@ -532,7 +553,13 @@ impl Cmds {
     /// Does what a published step says. Inlined: called by every
     /// completion, with a step that is mostly known at the call.
     #[inline]
-    fn finish(&self, conn: &Connection<IserConn>, idx: u32, s: &Slot, step: Step) -> Done {
+    fn finish<H: CmHandler + QpHandler>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+        s: &Slot,
+        step: Step,
+    ) -> Done {
         let failure = match step.action {
             Action::Invalidate => self.invalidate(conn, idx).err(),
             Action::Wait | Action::Complete => None,
@@ -573,9 +600,9 @@ impl Cmds {
     /// an invalidation of any key but the one the command gave the target,
     /// and on the command's ITT with bits libiscsi ignores set (libiscsi
     /// would complete the command on it).
-    pub(super) fn response_arrived(
+    pub(super) fn response_arrived<H: CmHandler + QpHandler>(
         &self,
-        conn: &Connection<IserConn>,
+        conn: &Connection<H>,
         idx: u32,
         itt: u32,
         invalidated: Option<u32>,
@@ -583,7 +610,7 @@ impl Cmds {
     ) -> FailResult<Option<TaskRef>> {
         let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
             return Err(match invalidated {
-                Some(rkey) => recv::foreign(rkey, TargetOpcode::ScsiResponse, itt),
+                Some(rkey) => failure::foreign(rkey, TargetOpcode::ScsiResponse, itt),
                 // Beyond the slots: no command of this connection's.
                 None => Self::not_posted(itt),
             });
@@ -737,7 +764,7 @@ impl Cmds {
                 pr_err!("target sent a second SCSI Response for ITT {:#x}\n", itt);
                 Err(Failure::SecondResponse)
             }
-            Violation::ForeignInvalidation | Violation::KeyNotGiven => Err(recv::foreign(
+            Violation::ForeignInvalidation | Violation::KeyNotGiven => Err(failure::foreign(
                 invalidated.unwrap_or(0),
                 TargetOpcode::ScsiResponse,
                 itt,
@@ -751,9 +778,9 @@ impl Cmds {
                 Err(Failure::CorruptItt)
             }
             Violation::UnknownItt => Err(Self::not_posted(itt)),
-            Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => Err(
-                Self::own_violation(recv::slot_of(itt), Violation::Unexpected),
-            ),
+            Violation::Busy | Violation::TooManyDataOuts | Violation::Unexpected => {
+                Err(Self::own_violation(slot_of(itt), Violation::Unexpected))
+            }
         }
     }
 
@@ -771,8 +798,14 @@ impl Cmds {
     /// Posts the signaled LOCAL_INV of the key the command on slot `idx`
     /// gave the target (through MR `idx`), whose word says it is due. The
     /// layer refuses it if that key is not the MR's registered one (the
-    /// command's registration not posted yet).
-    pub(super) fn invalidate(&self, conn: &Connection<IserConn>, idx: u32) -> FailResult {
+    /// command's registration not posted yet). Out of line, as the events
+    /// that may call it are the common path when the target invalidates.
+    #[inline(never)]
+    pub(super) fn invalidate<H: CmHandler + QpHandler>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+    ) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
         let rkey = self
             .slots
@@ -824,9 +857,9 @@ impl Cmds {
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.
-    pub(super) fn tmf_response(
+    pub(super) fn tmf_response<H: CmHandler + QpHandler>(
         &self,
-        conn: &Connection<IserConn>,
+        conn: &Connection<H>,
         req: TmfRequest,
         bhs: &Bhs,
     ) -> FailResult<bool> {

@@ -1,23 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The receive path: a PDU from the target is validated, handed to
-//! libiscsi and its buffer reposted (iser_initiator.c's receive half). The
-//! QP's completion handler is here; it hands send completions to the send
-//! path (`send.rs`).
+//! The completions: a PDU from the target is validated, handed to
+//! libiscsi and its buffer reposted (iser_initiator.c's receive half), and
+//! a SEND's or LOCAL_INV's completion is its command's event and gives
+//! back what its tag held. The QP's completion handler is here.
 
 use super::{
-    conn::IserConn,
+    conn::{
+        IserConn,
+        Res, //
+    },
     failure::{
+        foreign,
         FailResult,
         Failure, //
     },
-    res::Res,
-    send,
+    memory::{
+        slot_of,
+        Done, //
+    },
+    tags::SendTag,
     ASYNC_PER_SEC, //
 };
 use crate::{
     fault,
-    iscsi::ITT_INDEX_MASK,
     kernel_ext::softirq::InSoftirq,
     proto::{
         login,
@@ -28,6 +34,7 @@ use crate::{
             BHS_LEN,
         },
         response,
+        slot,
         ProtoError, //
     },
     rdma::{
@@ -35,7 +42,8 @@ use crate::{
             QpHandler,
             Received,
             SendDone,
-            Wc, //
+            Wc,
+            UNSIGNALED_TAG, //
         },
         AsyncEvent, //
     },
@@ -120,12 +128,6 @@ fn deliver(
     r
 }
 
-/// The task slot an ITT names: libiscsi builds ITTs in host byte order
-/// (get_itt()).
-pub(super) fn slot_of(itt: u32) -> u32 {
-    u32::from_ne_bytes(itt.to_be_bytes()) & ITT_INDEX_MASK
-}
-
 /// Hands the PDU to libiscsi (in the receive's softirq, `softirq`, as
 /// ib_core reports receives).
 #[inline(always)]
@@ -149,17 +151,6 @@ fn hand_on(
 fn malformed(byte_len: u32, e: ProtoError) -> Failure {
     pr_err!("bad PDU from the target ({} bytes): {:?}\n", byte_len, e);
     Failure::MalformedPdu
-}
-
-#[cold]
-pub(super) fn foreign(rkey: u32, opcode: TargetOpcode, itt: u32) -> Failure {
-    pr_err!(
-        "target invalidated rkey {:#x} with a {:?} for ITT {:#x}, not that task's key\n",
-        rkey,
-        opcode,
-        itt
-    );
-    Failure::ForeignInvalidation
 }
 
 /// Every PDU but a SCSI Response: NOP-In, and the rare ones (login,
@@ -301,10 +292,98 @@ pub(super) fn wc_failed(ep: &IserConn, recv: bool, tag: u32, wc: Wc) {
     }
 }
 
-/// Hands a held TMF Response to libiscsi (completion context).
-pub(super) fn deliver_held(ep: &IserConn, bhs: Bhs) {
-    if let Some(Err(_)) = ep.bound.with(|c| c.complete_pdu(bhs.bytes(), &[])) {
-        ep.fail(Failure::LibiscsiRejected);
+/// A SEND (or a LOCAL_INV) completed, with `done` holding its tag:
+/// the event of the command it belongs to, the Data-Out header or
+/// control buffer it held given back. Called from the QP's completion
+/// handler (softirq).
+#[inline]
+pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
+    let tag = done.tag();
+    if !wc.ok() {
+        wc_failed(ep, false, tag, wc);
+    }
+    if tag == UNSIGNALED_TAG {
+        return;
+    }
+    let Some(res) = ep.res() else {
+        // Being torn down: what the tags held goes with the resources,
+        // after the QP and MRs are destroyed.
+        return;
+    };
+    fault::delay_send_done();
+    // A failed completion is no event of the command: the connection
+    // fails, and the teardown ends the command after the drain.
+    let ev = match res.tx.tags().kind(tag) {
+        Some(SendTag::Inv(idx)) => wc
+            .ok()
+            .then(|| res.cmds.slot_event(&res.conn, idx, slot::inv_done)),
+        Some(SendTag::DataOut(i)) => {
+            // The header is free once the tag is: the device read it.
+            done.release();
+            let owner = res.tx.dataouts().done(i);
+            let ev = owner
+                .filter(|_| wc.ok())
+                .map(|idx| res.cmds.slot_event(&res.conn, idx, slot::data_out_done));
+            return after_events(ep, &res, ev);
+        }
+        // A command SEND: nothing else is posted on a slot's tag while
+        // its command waits for that (a command's buffered SEND needs
+        // an idle tag, and its task holds the slot). If the command does
+        // not wait for it, the SEND was a control PDU's, whose reference
+        // the tag holds (as a failed completion's, which is no event of a
+        // command: a command SEND's tag holds none).
+        Some(SendTag::Slot(idx)) if wc.ok() => match res.cmds.send_completed(&res.conn, idx) {
+            Some(ev) => Some(ev),
+            None => return control_done(ep, &res, done),
+        },
+        // The marker posted once the target hung up: every completion
+        // before it, the receives of what the target sent last among them,
+        // has been handled. The CM handler waits for this to fail the
+        // connection.
+        Some(SendTag::Marker) => {
+            done.release();
+            ep.flushed.store(true, Release);
+            return after_events(ep, &res, None);
+        }
+        // A control PDU's SEND.
+        _ => return control_done(ep, &res, done),
+    };
+    // The tag is free for the slot's next SEND before the command may
+    // complete (and its slot be reused).
+    done.release();
+    after_events(ep, &res, ev);
+}
+
+/// A control PDU's SEND completed (`done`): the task reference its tag
+/// held, if any, goes once the tag is free.
+fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_>) {
+    let r = res
+        .cmds
+        .track()
+        .lock()
+        .send_completed(done.tag(), Some(done.post()));
+    done.release();
+    drop(r);
+    after_events(ep, res, None);
+}
+
+/// What the events of a completion leave to do: the connection's
+/// failure, the reference of a command they ended, a held TMF
+/// Response they released.
+#[inline(always)]
+fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
+    // (The send tag, if any, was released by the caller.)
+    if let Some(d) = ev {
+        if let Some(why) = d.failure {
+            ep.fail(why);
+        }
+        // Outside every lock: the last reference frees the task.
+        if let Some(t) = d.task {
+            drop(t);
+        }
+    }
+    if let Some(bhs) = res.cmds.events_done() {
+        ep.deliver_held(bhs);
     }
 }
 
@@ -345,6 +424,6 @@ impl QpHandler for IserConn {
 
     #[inline]
     fn send_done(&self, done: SendDone<'_>, wc: Wc) {
-        send::completed(self, done, wc);
+        completed(self, done, wc);
     }
 }

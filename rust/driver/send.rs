@@ -1,24 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The send path: control PDUs, SCSI commands with their registration and
-//! immediate data, unsolicited Data-Outs, and the completions of what was
-//! sent (iser_initiator.c's send half).
+//! immediate data, unsolicited Data-Outs (iser_initiator.c's send half).
+//! Their completions are `recv.rs`'s.
 
 use super::{
-    conn::IserConn,
+    conn::Res,
     failure::Failure,
     memory::{
-        Done,
         SendRef,
         Track, //
     },
-    recv,
-    res::Res,
     tags::{
-        DataOutPool,
         Reserved,
         SendTag,
-        TagMap,
         CTRL_TX, //
     },
     Iser,
@@ -55,163 +50,23 @@ use crate::{
             Plan,
             PlanError, //
         },
-        sizing::DATAOUT_SLOTS_PER_CMD,
         slot,
         tmf, //
     },
-    rdma::{
-        conn::{
-            Access,
-            BufRef,
-            CmdPost,
-            CmdSend,
-            DmaBuf,
-            DmaBufs,
-            Registration,
-            SendDone,
-            SendOp,
-            Sge,
-            Wc,
-            UNSIGNALED_TAG, //
-        },
-        DeviceRef, //
+    rdma::conn::{
+        Access,
+        BufRef,
+        CmdPost,
+        CmdSend,
+        Registration,
+        SendOp,
+        Sge, //
     },
     trace, //
 };
-use core::{
-    cell::Cell,
-    num::NonZeroU32, //
-};
+use core::cell::Cell;
 use kernel::num::casts::FromSafeCast;
-use kernel::sync::atomic::{
-    Atomic,
-    Relaxed,
-    Release, //
-};
-use kernel::{
-    dma::DataDirection,
-    prelude::*,
-    sync::{
-        Arc,
-        SetOnce, //
-    },
-};
-
-/// Alignment of the send buffers carved from one chunk: a cache line.
-pub(super) const HEADER_ALIGN: usize = 64;
-
-/// What the send path owns:
-/// the buffers PDUs are sent from, and the count
-/// that spaces the signaled inline SENDs.
-pub(super) struct Tx {
-    /// Buffers of control PDUs that carry data (login, text, NOP-Out with
-    /// ping data), sent on tags `0..CTRL_TX`.
-    ctrl_tx: Arc<DmaBufs>,
-    /// The buffers of the session's tasks, made at bind
-    /// ([`Tx::give_task_bufs`]).
-    task: SetOnce<TaskBufs>,
-    /// Which Data-Out headers are free (none until the task buffers are
-    /// given).
-    dataouts: DataOutPool,
-    /// What each send tag carries.
-    tags: TagMap,
-    /// Inline command SENDs left before the next signaled one: one in
-    /// `signal_interval` is signaled (`proto::sizing::signal_interval`).
-    /// Counted down by `xmit_task`, which libiscsi runs under the
-    /// session's `frwd_lock` (one connection per session): one writer at a
-    /// time, so a plain load and store. (Were it not so, a SEND would only
-    /// be signaled a little early or late: the send queue's sizing leaves
-    /// room for that, and nothing else depends on it.)
-    inline_left: Atomic<u32>,
-    /// Non-zero by type: the countdown's `get() - 1` cannot underflow.
-    signal_interval: NonZeroU32,
-}
-
-/// The send buffers a session's tasks use, as many as it has tasks: one
-/// header buffer per task slot (command and control PDUs) and
-/// `DATAOUT_SLOTS_PER_CMD` per task slot for unsolicited Data-Outs. Made
-/// at bind, in process context, outside any read-side section.
-pub(super) struct TaskBufs {
-    dataout: Arc<DmaBufs>,
-}
-
-impl TaskBufs {
-    /// The Data-Out header buffers of `tasks` task slots on `dev`: carved
-    /// from a few chunks (one allocation and mapping for many buffers),
-    /// each on cache lines of its own, so that two CPUs writing two
-    /// headers do not share a line. (A slot's command header buffer is
-    /// its command slot's: `CmdSlotsMade`.)
-    pub(super) fn new(dev: &DeviceRef, tasks: u32) -> Result<Self> {
-        let n = tasks.checked_mul(DATAOUT_SLOTS_PER_CMD).ok_or(EINVAL)?;
-        Ok(Self {
-            dataout: DmaBuf::carve(
-                dev,
-                HEADERS_LEN,
-                usize::from_safe_cast(n),
-                HEADER_ALIGN,
-                DataDirection::ToDevice,
-            )?,
-        })
-    }
-}
-
-impl Tx {
-    /// The send buffers, on `dev`, of a connection whose send tags `tags`
-    /// numbers (the tasks' come at bind: [`Tx::give_task_bufs`]),
-    /// signaling one inline command SEND in `signal_interval`
-    /// (`proto::sizing::signal_interval`, 1 or more).
-    pub(super) fn new(dev: &DeviceRef, tags: TagMap, signal_interval: u32) -> Result<Self> {
-        Ok(Self {
-            ctrl_tx: DmaBuf::carve(
-                dev,
-                HEADERS_LEN + LOGIN_DATA,
-                usize::from_safe_cast(CTRL_TX),
-                HEADER_ALIGN,
-                DataDirection::ToDevice,
-            )?,
-            task: SetOnce::default(),
-            dataouts: DataOutPool::new(tags.dataouts)?,
-            tags,
-            inline_left: Atomic::new(0),
-            signal_interval: NonZeroU32::new(signal_interval).unwrap_or(NonZeroU32::MIN),
-        })
-    }
-
-    /// Gives the session's task buffers, once (`EBUSY` after; `EINVAL` if
-    /// there are more than the send tags number): their Data-Out headers
-    /// join the pool. Allocates nothing.
-    pub(super) fn give_task_bufs(&self, b: TaskBufs) -> Result {
-        let n = u32::try_from(b.dataout.len())?;
-        if n > self.tags.dataouts {
-            return Err(EINVAL);
-        }
-        if !self.task.populate(b) {
-            return Err(EBUSY);
-        }
-        self.dataouts.grant(n);
-        Ok(())
-    }
-
-    /// Whether the task slots' buffers were given (at bind).
-    pub(super) fn has_task_bufs(&self) -> bool {
-        self.task.as_ref().is_some()
-    }
-
-    /// Data-Out header `h` (`None` before bind or beyond the pool).
-    fn dataout(&self, h: u32) -> Option<BufRef<'_>> {
-        self.task.as_ref()?.dataout.get(usize::from_safe_cast(h))
-    }
-
-    /// Unsolicited Data-Out headers the connection has (0 before bind).
-    pub(super) fn dataout_count(&self) -> u32 {
-        self.dataouts.size()
-    }
-
-    /// What each send tag carries.
-    pub(super) fn tags(&self) -> TagMap {
-        self.tags
-    }
-}
+use kernel::prelude::*;
 
 /// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it
 /// shares `xmit_task` with the SCSI commands, which it would otherwise
@@ -255,18 +110,12 @@ fn control_buffer<'a>(res: &'a Res, t: &Track, idx: u32, data_len: usize) -> Res
                 .get(usize::from_safe_cast(tag))
                 .is_some_and(Option::is_none)
     };
-    let own = res.tx.tags.tag(SendTag::Slot(idx));
+    let own = res.tx.tags().tag(SendTag::Slot(idx));
     if data_len == 0 && free(own) {
         return Ok(CtrlBuf::Slot(own));
     }
     let tag = (0..CTRL_TX).find(|tag| free(*tag)).ok_or(EBUSY)?;
-    Ok(CtrlBuf::Ctrl(
-        tag,
-        res.tx
-            .ctrl_tx
-            .get(usize::from_safe_cast(tag))
-            .ok_or(EINVAL)?,
-    ))
+    Ok(CtrlBuf::Ctrl(tag, res.tx.ctrl_buf(tag).ok_or(EINVAL)?))
 }
 
 fn control_pdu<'a>(res: &Res, task: &XmitTask<'a, Iser>, slot: SlotToken<'a>, bhs: &Bhs) -> Result {
@@ -423,9 +272,13 @@ fn command_planned<'a>(
     let sg = task.mapping();
     let reg = match (plan.key, sg) {
         (Key::None, _) => None,
-        (Key::LocalDma, Some(sg)) => Some(sg.local_only(res.conn.pd()).ok_or(EINVAL)?),
+        (Key::LocalDma, Some(sg)) => {
+            Some(Registration::local_only(sg, res.conn.pd()).ok_or(EINVAL)?)
+        }
         // always_register=0 and one segment: no MR at all.
-        (Key::GlobalRkey, Some(sg)) => Some(sg.unregistered(res.conn.pd()).ok_or(EINVAL)?),
+        (Key::GlobalRkey, Some(sg)) => {
+            Some(Registration::unregistered(sg, res.conn.pd()).ok_or(EINVAL)?)
+        }
         (Key::Mr, Some(sg)) => Some(claim.map(sg).map_err(busy_again)?),
         _ => return Err(EINVAL),
     };
@@ -448,7 +301,7 @@ fn command_planned<'a>(
     // Reserve the Data-Out headers first: once the command is posted,
     // its Data-Outs must go out. Given back when `reserved` goes, as
     // far as they were not taken.
-    let reserved = res.tx.dataouts.reserve(plan.dataouts).ok_or(EAGAIN)?;
+    let reserved = res.tx.dataouts().reserve(plan.dataouts).ok_or(EAGAIN)?;
     // The slot's word, before anything is posted: once it is, a response
     // on another CPU may complete the command. The last step that may
     // fail before the post.
@@ -563,17 +416,9 @@ fn how_sent<'a>(
     data: Option<&'a Sge<'a>>,
 ) -> CmdSend<'a> {
     if plan.inline {
-        let left = res.tx.inline_left.load(Relaxed);
-        let signaled = left == 0;
-        let next = if signaled {
-            res.tx.signal_interval.get() - 1
-        } else {
-            left - 1
-        };
-        res.tx.inline_left.store(next, Relaxed);
         CmdSend::Inline {
             bytes: hdrs,
-            signaled,
+            signaled: res.tx.inline_signaled(),
         }
     } else {
         CmdSend::Buffered { hdr: hdrs, data }
@@ -705,7 +550,7 @@ fn send_dataouts(
                 r.sge(d.offset, d.len)?,
             ];
             res.conn.post_send(SendOp::Send {
-                tag: res.tx.tags.tag(SendTag::DataOut(h)),
+                tag: res.tx.tags().tag(SendTag::DataOut(h)),
                 sges: &sges,
                 keep: Some(buf),
             })
@@ -733,101 +578,6 @@ fn send_dataouts(
     // libiscsi's own reference is held while the task is sent.
     drop(done.task);
     failed.or(done.failure)
-}
-
-/// A SEND (or a LOCAL_INV) completed, with `done` holding its tag:
-/// the event of the command it belongs to, the Data-Out header or
-/// control buffer it held given back. Called from the QP's completion
-/// handler (softirq).
-#[inline]
-pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
-    let tag = done.tag();
-    if !wc.ok() {
-        recv::wc_failed(ep, false, tag, wc);
-    }
-    if tag == UNSIGNALED_TAG {
-        return;
-    }
-    let Some(res) = ep.res() else {
-        // Being torn down: what the tags held goes with the resources,
-        // after the QP and MRs are destroyed.
-        return;
-    };
-    fault::delay_send_done();
-    // A failed completion is no event of the command: the connection
-    // fails, and the teardown ends the command after the drain.
-    let ev = match res.tx.tags.kind(tag) {
-        Some(SendTag::Inv(idx)) => wc
-            .ok()
-            .then(|| res.cmds.slot_event(&res.conn, idx, slot::inv_done)),
-        Some(SendTag::DataOut(i)) => {
-            // The header is free once the tag is: the device read it.
-            done.release();
-            let owner = res.tx.dataouts.done(i);
-            let ev = owner
-                .filter(|_| wc.ok())
-                .map(|idx| res.cmds.slot_event(&res.conn, idx, slot::data_out_done));
-            return after_events(ep, &res, ev);
-        }
-        // A command SEND: nothing else is posted on a slot's tag while
-        // its command waits for that (a command's buffered SEND needs
-        // an idle tag, and its task holds the slot). If the command does
-        // not wait for it, the SEND was a control PDU's, whose reference
-        // the tag holds (as a failed completion's, which is no event of a
-        // command: a command SEND's tag holds none).
-        Some(SendTag::Slot(idx)) if wc.ok() => match res.cmds.send_completed(&res.conn, idx) {
-            Some(ev) => Some(ev),
-            None => return control_done(ep, &res, done),
-        },
-        // The marker posted once the target hung up: every completion
-        // before it, the receives of what the target sent last among them,
-        // has been handled. The CM handler waits for this to fail the
-        // connection.
-        Some(SendTag::Marker) => {
-            done.release();
-            ep.flushed.store(true, Release);
-            return after_events(ep, &res, None);
-        }
-        // A control PDU's SEND.
-        _ => return control_done(ep, &res, done),
-    };
-    // The tag is free for the slot's next SEND before the command may
-    // complete (and its slot be reused).
-    done.release();
-    after_events(ep, &res, ev);
-}
-
-/// A control PDU's SEND completed (`done`): the task reference its tag
-/// held, if any, goes once the tag is free.
-fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_>) {
-    let r = res
-        .cmds
-        .track()
-        .lock()
-        .send_completed(done.tag(), Some(done.post()));
-    done.release();
-    drop(r);
-    after_events(ep, res, None);
-}
-
-/// What the events of a completion leave to do: the connection's
-/// failure, the reference of a command they ended, a held TMF
-/// Response they released.
-#[inline(always)]
-fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
-    // (The send tag, if any, was released by the caller.)
-    if let Some(d) = ev {
-        if let Some(why) = d.failure {
-            ep.fail(why);
-        }
-        // Outside every lock: the last reference frees the task.
-        if let Some(t) = d.task {
-            drop(t);
-        }
-    }
-    if let Some(bhs) = res.cmds.events_done() {
-        recv::deliver_held(ep, bhs);
-    }
 }
 
 /// The iSER header `iser` and the BHS `bhs`, as one PDU's headers.

@@ -3,7 +3,6 @@
 //! A connection's own counters, which `iscsiadm -m session -s` shows
 //! (Documentation/observability.md).
 
-use super::conn::IserConn;
 use crate::{
     iscsi::CustomStats,
     rdma::conn::Wc, //
@@ -97,22 +96,22 @@ impl Counters {
             }
         }
     }
-}
 
-/// Writes the counters of `ep`'s connection into `out`.
-pub(super) fn fill(ep: &IserConn, out: &mut CustomStats<'_>) {
-    let c = &ep.counters;
-    for (name, v) in [
-        (c"rnr_retry_exceeded", &c.rnr_exceeded),
-        (c"completions_flushed", &c.flushed),
-        (c"completion_errors", &c.wc_errors),
-        (c"send_queue_full", &c.sq_full),
-        (c"unregistered_cmds", &c.unreg_cmds),
-        (c"async_msgs_refused", &c.async_refused),
-        (c"login_rounds", &c.login_rounds),
-        (c"remote_invalidations", &c.remote_invs),
-        (c"local_invalidations", &c.local_invs),
-    ] {
-        out.push(name, v.load(Relaxed));
+    /// Writes the counters into `out`.
+    pub(super) fn fill(&self, out: &mut CustomStats<'_>) {
+        let c = self;
+        for (name, v) in [
+            (c"rnr_retry_exceeded", &c.rnr_exceeded),
+            (c"completions_flushed", &c.flushed),
+            (c"completion_errors", &c.wc_errors),
+            (c"send_queue_full", &c.sq_full),
+            (c"unregistered_cmds", &c.unreg_cmds),
+            (c"async_msgs_refused", &c.async_refused),
+            (c"login_rounds", &c.login_rounds),
+            (c"remote_invalidations", &c.remote_invs),
+            (c"local_invalidations", &c.local_invs),
+        ] {
+            out.push(name, v.load(Relaxed));
+        }
     }
 }

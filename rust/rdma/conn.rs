@@ -69,22 +69,22 @@ pub(crate) use dma::{
     BufRef,
     DmaBuf,
     DmaBufs,
-    DmaSg, //
+    DmaSg,
+    Sge, //
 };
 use mr::MrSlot;
+pub(crate) use mr::Registration;
 use rx::RecvSlot;
 pub(crate) use rx::{
+    QpHandler,
     Received,
     RecvBuf, //
 };
 use wr::Tag;
 pub(crate) use wr::{
     Access,
-    QpHandler,
-    Registration,
     SendDone,
     SendOp,
-    Sge,
     Wc,
     UNSIGNALED_TAG, //
 };

@@ -12,14 +12,16 @@
 use super::{
     dma::{
         DmaBuf,
-        DmaSg, //
+        DmaSg,
+        Sge, //
     },
-    mr::MrSlot,
+    mr::{
+        MrSlot,
+        Registration, //
+    },
+    rx::QpHandler,
     wr::{
         Access,
-        QpHandler,
-        Registration,
-        Sge,
         Tag, //
     },
     Connection, //

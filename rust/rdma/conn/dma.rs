@@ -5,10 +5,6 @@
 //! carved from one allocation; a [`RecvBuf`] owns one the device writes)
 //! and SCSI scatterlists mapped for a command ([`DmaSg`]).
 
-use super::wr::{
-    Registration,
-    Sge, //
-};
 use crate::{
     bindings,
     fault::{
@@ -613,46 +609,9 @@ impl DmaSg {
         self.count.unsigned_abs()
     }
 
-    /// A single-segment mapping described without registration: the PD's
-    /// local DMA lkey and its global rkey, at the segment's DMA address
-    /// (ib_iser's `always_register=0`). `None` for several segments or a PD
-    /// without a global rkey.
-    pub(crate) fn unregistered(&self, pd: &Pd) -> Option<Registration<'_>> {
-        let (addr, len) = self.single_on(pd)?;
-        Some(Registration {
-            rkey: pd.global_rkey()?,
-            iova: addr,
-            len,
-            lkey: pd.local_dma_lkey(),
-            mr: None,
-            dev: self.dev.as_ptr(),
-            to_device: sg::device_reads(self.dir),
-            _sg: PhantomData,
-        })
-    }
-
-    /// A single-segment mapping described for local work requests only:
-    /// the PD's local DMA lkey at the segment's DMA address, and rkey 0, so
-    /// that nothing is offered to the peer. For data the local side sends
-    /// itself (a write's immediate data), which needs no registration.
-    /// `None` for several segments.
-    pub(crate) fn local_only(&self, pd: &Pd) -> Option<Registration<'_>> {
-        let (addr, len) = self.single_on(pd)?;
-        Some(Registration {
-            rkey: 0,
-            iova: addr,
-            len,
-            lkey: pd.local_dma_lkey(),
-            mr: None,
-            dev: self.dev.as_ptr(),
-            to_device: sg::device_reads(self.dir),
-            _sg: PhantomData,
-        })
-    }
-
     /// As [`DmaSg::single`], for a `pd` on the device of the mapping (its
     /// keys name this device's addresses only).
-    fn single_on(&self, pd: &Pd) -> Option<(u64, u32)> {
+    pub(super) fn single_on(&self, pd: &Pd) -> Option<(u64, u32)> {
         (pd.device_ptr() == self.dev.as_ptr())
             .then(|| self.single())
             .flatten()
@@ -731,6 +690,39 @@ unsafe fn unmap_sg(
     if !unsafe { uses_virt_dma(dev) } {
         // SAFETY: As this function's contract.
         unsafe { bindings::riser_ib_dma_unmap_sg(dev, sgl, nents, dir) };
+    }
+}
+
+/// One scatter/gather entry of a work request, made only from memory riser
+/// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
+/// cannot outlive the [`DmaBuf`] or the [`Registration`](super::Registration) (and through it
+/// the [`DmaSg`]) that it names, so no work request is posted naming memory
+/// already freed or unmapped. Its fields are private: an entry cannot be
+/// made up or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Sge<'a> {
+    pub(super) addr: u64,
+    pub(super) length: u32,
+    pub(super) lkey: u32,
+    /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
+    /// naming it must hold it until its completion.
+    pub(super) buf: Option<&'a DmaBuf>,
+    /// The device the memory is mapped on: work requests go only to a QP
+    /// of that device.
+    pub(super) dev: *mut bindings::ib_device,
+    /// Whether the memory is mapped for the device to read (what a SEND
+    /// may name).
+    pub(super) to_device: bool,
+    pub(super) _mem: PhantomData<&'a ()>,
+}
+
+impl Sge<'_> {
+    pub(super) fn raw(self) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
     }
 }
 

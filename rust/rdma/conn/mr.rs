@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Fast-registration memory regions, used only through a claim.
+//! Registrations: fast-registration memory regions, used only through a
+//! claim, and the [`Registration`] of a mapping as the peer and local work
+//! requests name it (through an MR, or a single segment unregistered).
 
-use super::{
-    dma::DmaSg,
-    wr::Registration, //
+use super::dma::{
+    DmaSg,
+    Sge, //
 };
 use crate::{
     bindings,
@@ -138,3 +140,96 @@ impl MrSlot {
 /// The page size of fast registrations: 4 KiB, as the SCSI hosts' virtual
 /// boundary and sizing assume, whatever the CPU's page size.
 pub(super) const MR_PAGE_SIZE: u32 = 4096;
+
+/// A mapping of a [`DmaSg`] as a work request or the peer names it: what
+/// a registration advertises to the peer, and the local key for local work
+/// requests. It borrows the mapping it describes, so neither it nor the
+/// entries made from it ([`Registration::sge`]) outlive the unmapping; one
+/// made by [`super::CmdClaim::map`] also borrows the claim, so the MR is
+/// neither mapped anew nor given back while it lives, and it is what the
+/// claim's post registers ([`super::CmdPost`]). Its fields are private: a registration cannot be
+/// made up, or changed to name other memory.
+#[derive(Clone, Copy)]
+pub(crate) struct Registration<'a> {
+    pub(super) rkey: u32,
+    pub(super) iova: u64,
+    pub(super) len: u32,
+    pub(super) lkey: u32,
+    /// The claimed MR the mapping is in, if it is in one.
+    pub(super) mr: Option<&'a MrSlot>,
+    /// The device the data is mapped on, and whether for it to read.
+    pub(super) dev: *mut bindings::ib_device,
+    pub(super) to_device: bool,
+    pub(super) _sg: PhantomData<&'a DmaSg>,
+}
+
+impl<'a> Registration<'a> {
+    /// A single-segment mapping `sg` described without registration: the PD's
+    /// local DMA lkey and its global rkey, at the segment's DMA address
+    /// (ib_iser's `always_register=0`). `None` for several segments or a PD
+    /// without a global rkey.
+    pub(crate) fn unregistered(sg: &'a DmaSg, pd: &Pd) -> Option<Self> {
+        let (addr, len) = sg.single_on(pd)?;
+        Some(Registration {
+            rkey: pd.global_rkey()?,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+            mr: None,
+            dev: sg.dev.as_ptr(),
+            to_device: sg::device_reads(sg.dir),
+            _sg: PhantomData,
+        })
+    }
+
+    /// A single-segment mapping `sg` described for local work requests only:
+    /// the PD's local DMA lkey at the segment's DMA address, and rkey 0, so
+    /// that nothing is offered to the peer. For data the local side sends
+    /// itself (a write's immediate data), which needs no registration.
+    /// `None` for several segments.
+    pub(crate) fn local_only(sg: &'a DmaSg, pd: &Pd) -> Option<Self> {
+        let (addr, len) = sg.single_on(pd)?;
+        Some(Registration {
+            rkey: 0,
+            iova: addr,
+            len,
+            lkey: pd.local_dma_lkey(),
+            mr: None,
+            dev: sg.dev.as_ptr(),
+            to_device: sg::device_reads(sg.dir),
+            _sg: PhantomData,
+        })
+    }
+
+    /// The remote key (STag) the peer is given.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The virtual address the peer uses.
+    pub(crate) fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The registered length.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// `len` bytes at `off` of the registered region as a local entry,
+    /// borrowing what the registration borrows.
+    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge<'a>> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(EINVAL);
+        }
+        Ok(Sge {
+            addr: self.iova + u64::from(off),
+            length: len,
+            lkey: self.lkey,
+            buf: None,
+            dev: self.dev,
+            to_device: self.to_device,
+            _mem: PhantomData,
+        })
+    }
+}

@@ -17,7 +17,7 @@ use super::{
     dma::DmaBuf,
     wr::{
         DoneFn,
-        QpHandler,
+        SendDone,
         Wc, //
     },
 };
@@ -430,6 +430,27 @@ impl<H: QpHandler + ?Sized> Drop for Received<'_, H> {
             self.handler.repost_failed(self.slot.id, e);
         }
     }
+}
+
+/// Receives the completions of a [`Connection`]'s work requests, in softirq
+/// context, by the tag the work request was posted with.
+pub(crate) trait QpHandler: Send + Sync + 'static {
+    /// A receive completed: `rx` reads it, and reposts it or (dropped)
+    /// leaves the tag idle.
+    fn recv_done(&self, rx: Received<'_, Self>);
+    /// A repost asked for while tag `tag`'s last receive was being read
+    /// ([`Connection::post_recv`] while a [`Received`] lived) failed when
+    /// the read ended: the tag is idle, with one receive fewer posted.
+    fn repost_failed(&self, tag: u32, e: Error);
+    /// A signaled send completed, or any send failed. Unsignaled work
+    /// requests (registration, invalidation) report with tag
+    /// [`UNSIGNALED_TAG`](super::UNSIGNALED_TAG), on error only. The tag stays taken (no work
+    /// request can be posted on it) until `done` is released or dropped,
+    /// so what the handler keeps by tag is still the completed request's.
+    fn send_done(&self, done: SendDone<'_>, wc: Wc);
+    /// The QP reported an asynchronous event (possibly in atomic context:
+    /// providers report from their completion paths).
+    fn qp_event(&self, _ev: super::super::AsyncEvent) {}
 }
 
 #[kunit_tests(riser_rdma_rx)]

@@ -1,22 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Work requests and completions: scatter/gather entries and registrations
-//! that borrow the memory they name, the send operations riser posts, and
-//! the tags that hold a posted request's buffer until its completion.
+//! Work requests and completions: the send operations riser posts (naming
+//! entries and registrations that borrow the memory they name), the
+//! completions, and the tags that hold a posted request's buffer until its
+//! completion.
 
-use super::{
-    dma::{
-        BufRef,
-        DmaBuf,
-        DmaBufs,
-        DmaSg, //
-    },
-    mr::MrSlot,
-    rx::Received, //
+use super::dma::{
+    BufRef,
+    DmaBufs,
+    Sge, //
 };
 use crate::bindings;
 use core::{
-    marker::PhantomData,
     ptr::{
         null_mut,
         NonNull, //
@@ -31,95 +26,6 @@ use kernel::{
     prelude::*,
     sync::Arc, //
 };
-
-/// One scatter/gather entry of a work request, made only from memory riser
-/// mapped or registered, and borrowing what it was made from: an `Sge<'a>`
-/// cannot outlive the [`DmaBuf`] or the [`Registration`] (and through it
-/// the [`DmaSg`]) that it names, so no work request is posted naming memory
-/// already freed or unmapped. Its fields are private: an entry cannot be
-/// made up or changed to name other memory.
-#[derive(Clone, Copy)]
-pub(crate) struct Sge<'a> {
-    pub(super) addr: u64,
-    pub(super) length: u32,
-    pub(super) lkey: u32,
-    /// The buffer the entry is in, for an entry of a [`DmaBuf`]: a SEND
-    /// naming it must hold it until its completion.
-    pub(super) buf: Option<&'a DmaBuf>,
-    /// The device the memory is mapped on: work requests go only to a QP
-    /// of that device.
-    pub(super) dev: *mut bindings::ib_device,
-    /// Whether the memory is mapped for the device to read (what a SEND
-    /// may name).
-    pub(super) to_device: bool,
-    pub(super) _mem: PhantomData<&'a ()>,
-}
-
-impl Sge<'_> {
-    pub(super) fn raw(self) -> bindings::ib_sge {
-        bindings::ib_sge {
-            addr: self.addr,
-            length: self.length,
-            lkey: self.lkey,
-        }
-    }
-}
-
-/// A mapping of a [`DmaSg`] as a work request or the peer names it: what
-/// a registration advertises to the peer, and the local key for local work
-/// requests. It borrows the mapping it describes, so neither it nor the
-/// entries made from it ([`Registration::sge`]) outlive the unmapping; one
-/// made by [`super::CmdClaim::map`] also borrows the claim, so the MR is
-/// neither mapped anew nor given back while it lives, and it is what the
-/// claim's post registers ([`super::CmdPost`]). Its fields are private: a registration cannot be
-/// made up, or changed to name other memory.
-#[derive(Clone, Copy)]
-pub(crate) struct Registration<'a> {
-    pub(super) rkey: u32,
-    pub(super) iova: u64,
-    pub(super) len: u32,
-    pub(super) lkey: u32,
-    /// The claimed MR the mapping is in, if it is in one.
-    pub(super) mr: Option<&'a MrSlot>,
-    /// The device the data is mapped on, and whether for it to read.
-    pub(super) dev: *mut bindings::ib_device,
-    pub(super) to_device: bool,
-    pub(super) _sg: PhantomData<&'a DmaSg>,
-}
-
-impl<'a> Registration<'a> {
-    /// The remote key (STag) the peer is given.
-    pub(crate) fn rkey(&self) -> u32 {
-        self.rkey
-    }
-
-    /// The virtual address the peer uses.
-    pub(crate) fn iova(&self) -> u64 {
-        self.iova
-    }
-
-    /// The registered length.
-    pub(crate) fn len(&self) -> u32 {
-        self.len
-    }
-
-    /// `len` bytes at `off` of the registered region as a local entry,
-    /// borrowing what the registration borrows.
-    pub(crate) fn sge(&self, off: u32, len: u32) -> Result<Sge<'a>> {
-        if off.checked_add(len).is_none_or(|end| end > self.len) {
-            return Err(EINVAL);
-        }
-        Ok(Sge {
-            addr: self.iova + u64::from(off),
-            length: len,
-            lkey: self.lkey,
-            buf: None,
-            dev: self.dev,
-            to_device: self.to_device,
-            _mem: PhantomData,
-        })
-    }
-}
 
 /// A work completion, as riser's handlers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,27 +53,6 @@ impl Wc {
     pub(crate) fn rnr_retry_exceeded(&self) -> bool {
         self.status == bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR
     }
-}
-
-/// Receives the completions of a [`Connection`]'s work requests, in softirq
-/// context, by the tag the work request was posted with.
-pub(crate) trait QpHandler: Send + Sync + 'static {
-    /// A receive completed: `rx` reads it, and reposts it or (dropped)
-    /// leaves the tag idle.
-    fn recv_done(&self, rx: Received<'_, Self>);
-    /// A repost asked for while tag `tag`'s last receive was being read
-    /// ([`Connection::post_recv`] while a [`Received`] lived) failed when
-    /// the read ended: the tag is idle, with one receive fewer posted.
-    fn repost_failed(&self, tag: u32, e: Error);
-    /// A signaled send completed, or any send failed. Unsignaled work
-    /// requests (registration, invalidation) report with tag
-    /// [`UNSIGNALED_TAG`], on error only. The tag stays taken (no work
-    /// request can be posted on it) until `done` is released or dropped,
-    /// so what the handler keeps by tag is still the completed request's.
-    fn send_done(&self, done: SendDone<'_>, wc: Wc);
-    /// The QP reported an asynchronous event (possibly in atomic context:
-    /// providers report from their completion paths).
-    fn qp_event(&self, _ev: super::super::AsyncEvent) {}
 }
 
 /// The tag of unsignaled work requests.
@@ -349,17 +234,17 @@ impl Tag {
 /// the same rules).
 ///
 /// What memory a request names is borrowed for `'a`: the [`Sge`]s and
-/// [`Registration`]s it carries cannot outlive the [`DmaBuf`], the
-/// [`DmaSg`] mapping (or the MR mapping) they were made from, so nothing
+/// [`Registration`](super::Registration)s it carries cannot outlive the [`DmaBuf`](super::DmaBuf), the
+/// [`DmaSg`](super::DmaSg) mapping (or the MR mapping) they were made from, so nothing
 /// freed, unmapped or mapped anew is ever posted. The borrow ends when
 /// [`Connection::post_send`] returns, while the device uses the memory
 /// until the request completes (or the QP is destroyed). What keeps it
 /// alive that long:
 ///
-/// - A [`DmaBuf`]: the request's tag. A SEND naming a buffer must carry it
+/// - A [`DmaBuf`](super::DmaBuf): the request's tag. A SEND naming a buffer must carry it
 ///   as `keep` (posting fails with `EINVAL` otherwise), and the tag holds a
 ///   reference on its set ([`super::DmaBufs`]) until the completion.
-/// - SCSI data (a [`DmaSg`], entries of a [`Registration`]): nothing here.
+/// - SCSI data (a [`DmaSg`](super::DmaSg), entries of a [`Registration`](super::Registration)): nothing here.
 ///   The driver must keep the mapping (its task) until every SEND naming
 ///   it has completed and every registration of it given to the peer is
 ///   invalidated; it does so with its completion words and the task
@@ -388,7 +273,7 @@ pub(crate) enum SendOp<'a> {
     Send {
         /// The signaled send tag.
         tag: u32,
-        /// One or two entries; an entry of a [`DmaBuf`] must be in `keep`.
+        /// One or two entries; an entry of a [`DmaBuf`](super::DmaBuf) must be in `keep`.
         sges: &'a [Sge<'a>],
         /// The buffer kept alive (with its set) until the completion.
         keep: Option<BufRef<'a>>,
