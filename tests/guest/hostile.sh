@@ -56,10 +56,12 @@ dmesg_live
 
 # evil_start LOG MODES [OPTION...]: the target, misbehaving in each of MODES
 # in turn.
+# EVIL_ON: the CPUs the target runs on (taskset's list), if set.
 evil_start() {
-	local log=$RISER_OUT/$1.log modes=$2
+	local log=$RISER_OUT/$1.log modes=$2 on=()
 	shift 2
-	"$EVIL" -a "$IP" -m "$modes" -l "$TRIGGER_LBA" "$@" >"$log" 2>&1 &
+	[ -z "$EVIL_ON" ] || on=(taskset -c "$EVIL_ON")
+	"${on[@]}" "$EVIL" -a "$IP" -m "$modes" -l "$TRIGGER_LBA" "$@" >"$log" 2>&1 &
 	EVIL_PID=$!
 	_wait_for 60 grep -q "^evil: listening" "$log"
 }
@@ -1270,14 +1272,13 @@ early_data_setup() {
 			status=none
 }
 # early_refused MODE: riser's failure line for the early response, naming
-# the ITT the target answered: for stale-key, the invalidation of a key
-# that is not the one the command gives (its slot's MR held it before).
+# the ITT the target answered (EARLY_ANSWERED, as early_met's check found
+# it): for stale-key, the invalidation of a key that is not the one the
+# command gives (its slot's MR held it before).
 early_refused() {
 	local itt
-	itt=$(evil_since early | sed -n 's/^evil: early-rsp: GOOD status sent for itt \(0x[0-9a-f]*\) .*/\1/p' |
-		tail -n 1)
-	[ -n "$itt" ] || { echo "the target sent no early answer"; return 1; }
-	printf -v itt '%#x' "$itt"
+	[ -n "$EARLY_ANSWERED" ] || { echo "the target sent no early answer"; return 1; }
+	printf -v itt '%#x' "$EARLY_ANSWERED"
 	echo "the target answered ITT $itt early"
 	if [ "$1" = posting-rsp ]; then
 		early_waited "$itt"
@@ -1319,7 +1320,7 @@ early_try() {
 		iflag=direct status=none
 	echo 2 >"$P/$knob"
 	rm -f /tmp/early-got
-	timeout 150 dd if="$DEV" of=/tmp/early-got bs=4k skip=$((TRIGGER_LBA / 8)) count=2 \
+	"${EARLY_ON[@]}" timeout 150 dd if="$DEV" of=/tmp/early-got bs=4k skip=$((TRIGGER_LBA / 8)) count=2 \
 		iflag=direct status=none
 	EARLY_RC=$?
 	echo "$m: the trigger dd's status $EARLY_RC" >>"$RISER_OUT/guest.log"
@@ -1410,7 +1411,18 @@ if [ -n "$EARLY_MODES" ]; then
 	check "the test build's command hold is there, and off" \
 		eval '[ "$(cat "$P/fault_hold_command")" = 0 ]'
 	EARLY_MODES=$(echo $EARLY_MODES)
+	# With two CPUs or more, the trigger dd on CPU 0 and the target on the
+	# others: the held command (on the CPU that sends it, preemption off)
+	# cannot starve the target, whose answer would then come after the
+	# hold let the command go.
+	EARLY_ON=() EVIL_ON=
+	if [ "$(nproc)" -ge 2 ]; then
+		EARLY_ON=(taskset -c 0)
+		EVIL_ON=1-$(($(nproc) - 1))
+		echo "early answers: the trigger dd on CPU 0, the target on CPUs $EVIL_ON" >>"$RISER_OUT/guest.log"
+	fi
 	check "hostile target up (early answers)" evil_start early "${EARLY_MODES// /,}"
+	EVIL_ON=
 	check "node record (no pings, 16 commands)" early_node "$IQN"
 	check "login" iscsi_login "$IQN" "$IP"
 	DEV=$(iscsi_dev "$IQN" 0 60) || DEV=/dev/null
