@@ -51,12 +51,15 @@ IP=192.168.77.1
 # Block 32768 (16 MiB): away from fio (32..36 MiB) and the patterns (2..3 MiB).
 TRIGGER_LBA=32768
 EVIL_PID=
+# The CPUs the target and the early answers' trigger dd run on (taskset),
+# when set: the early answers' phase sets them.
+EVIL_ON=
+EARLY_ON=()
 
 dmesg_live
 
 # evil_start LOG MODES [OPTION...]: the target, misbehaving in each of MODES
 # in turn.
-# EVIL_ON: the CPUs the target runs on (taskset's list), if set.
 evil_start() {
 	local log=$RISER_OUT/$1.log modes=$2 on=()
 	shift 2
