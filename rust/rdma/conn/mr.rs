@@ -169,17 +169,7 @@ impl<'a> Registration<'a> {
     /// (ib_iser's `always_register=0`). `None` for several segments or a PD
     /// without a global rkey.
     pub(crate) fn unregistered(sg: &'a DmaSg, pd: &Pd) -> Option<Self> {
-        let (addr, len) = sg.single_on(pd)?;
-        Some(Registration {
-            rkey: pd.global_rkey()?,
-            iova: addr,
-            len,
-            lkey: pd.local_dma_lkey(),
-            mr: None,
-            dev: sg.dev.as_ptr(),
-            to_device: sg::device_reads(sg.dir),
-            _sg: PhantomData,
-        })
+        Self::single(sg, pd, pd.global_rkey()?)
     }
 
     /// A single-segment mapping `sg` described for local work requests only:
@@ -188,9 +178,16 @@ impl<'a> Registration<'a> {
     /// itself (a write's immediate data), which needs no registration.
     /// `None` for several segments.
     pub(crate) fn local_only(sg: &'a DmaSg, pd: &Pd) -> Option<Self> {
+        Self::single(sg, pd, 0)
+    }
+
+    /// A single-segment mapping `sg` described without an MR: the PD's local
+    /// DMA lkey and `rkey`, at the segment's DMA address. `None` for several
+    /// segments.
+    fn single(sg: &'a DmaSg, pd: &Pd, rkey: u32) -> Option<Self> {
         let (addr, len) = sg.single_on(pd)?;
         Some(Registration {
-            rkey: 0,
+            rkey,
             iova: addr,
             len,
             lkey: pd.local_dma_lkey(),
