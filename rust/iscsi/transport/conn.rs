@@ -372,7 +372,9 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             };
             rewrite = T::send_pdu_hook(&ep, &h, d)?;
         }
-        match rewrite {
+        // SAFETY: `hdr` is a BHS (contract).
+        let opcode = unsafe { (*hdr).opcode } & 0x3f;
+        let rc = match rewrite {
             Some(mut r) => {
                 let mut h = bindings::iscsi_hdr::default();
                 // SAFETY: `iscsi_hdr` is 48 bytes of plain data.
@@ -392,7 +394,27 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             }
             // SAFETY: Forwarded unchanged (contract).
             None => Ok(unsafe { bindings::iscsi_conn_send_pdu(cls_conn, hdr, data, data_size) }),
+        };
+        if let Ok(e @ (..=-1 | 1..)) = rc {
+            // iscsid logs only that the PDU could not be sent: say which,
+            // what libiscsi answered (EPERM: it had no task for it, the
+            // connection being unbound or the session ending, or the
+            // transport refused it) and what the transport had.
+            // SAFETY: As above.
+            let ep = unsafe { bound_ep_arc::<T>(conn) };
+            // SAFETY: The connection is live (contract), and its session.
+            let sid = unsafe { (*(*conn).session).cls_session.as_ref() }.map_or(0, |s| s.sid);
+            pr_warn!(
+                "iscsid's PDU (opcode {:#04x}) for session {} was refused: error {} \
+                 (endpoint bound: {}, with a device: {})\n",
+                opcode,
+                sid,
+                e,
+                ep.is_some(),
+                ep.as_ref().is_some_and(|ep| T::ep_device(ep).is_some())
+            );
         }
+        rc
     })
 }
 
