@@ -400,9 +400,10 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             // what libiscsi answered (EPERM: it had no task for it, the
             // connection being unbound or the session ending, or the
             // transport refused it) and what the transport had.
-            // SAFETY: As above.
+            // SAFETY: The connection is live (contract).
             let ep = unsafe { bound_ep_arc::<T>(conn) };
-            // SAFETY: The connection is live (contract), and its session.
+            // SAFETY: The connection is live (contract), and so is its
+            // session, whose `cls_session` is null or valid.
             let sid = unsafe { (*(*conn).session).cls_session.as_ref() }.map_or(0, |s| s.sid);
             pr_warn!(
                 "iscsid's PDU (opcode {:#04x}) for session {} was refused: error {} \
