@@ -372,8 +372,6 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             };
             rewrite = T::send_pdu_hook(&ep, &h, d)?;
         }
-        // SAFETY: `hdr` is a BHS (contract).
-        let opcode = unsafe { (*hdr).opcode } & 0x3f;
         let rc = match rewrite {
             Some(mut r) => {
                 let mut h = bindings::iscsi_hdr::default();
@@ -400,6 +398,8 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             // what libiscsi answered (EPERM: it had no task for it, the
             // connection being unbound or the session ending, or the
             // transport refused it) and what the transport had.
+            // SAFETY: `hdr` is a BHS (contract), which libiscsi only copied.
+            let opcode = u32::from(unsafe { (*hdr).opcode }) & bindings::ISCSI_OPCODE_MASK;
             // SAFETY: The connection is live (contract).
             let ep = unsafe { bound_ep_arc::<T>(conn) };
             // SAFETY: The connection is live (contract), and so is its
