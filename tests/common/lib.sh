@@ -249,6 +249,11 @@ _refused_tap() {
 	fi
 }
 
+# Where kmsg_mark and _klog write their lines, and how long _klog waits for
+# the follower's copy (the host test changes both).
+KMSG=${KMSG:-/dev/kmsg}
+KLOG_WAIT=${KLOG_WAIT:-10}
+
 # kmsg_mark: writes a numbered marker line into the kernel log (a builtin
 # echo to /dev/kmsg, no fork; each open has its own rate limit) and leaves
 # its number in $MARK. kernel_after_mark N prints the kernel lines logged
@@ -258,19 +263,19 @@ _refused_tap() {
 # subshells too.)
 kmsg_mark() {
 	MARK="$BASHPID.$EPOCHREALTIME"
-	echo "riser-harness: mark $MARK" >/dev/kmsg
+	echo "riser-harness: mark $MARK" >>"$KMSG"
 }
 kernel_after_mark() {
 	# (The log is searched in the shell, from its end, where the marker
 	# usually is: an awk would cost an exec, about 0.25 s of a vCPU.)
-	local log l i m="riser-harness: mark $1"
-	log=$(dmesg) || return 2
-	mapfile -t l <<<"$log"
-	for ((i = ${#l[@]} - 1; i >= 0; i--)); do
-		[[ ${l[i]} != *"$m" ]] || break
+	local i m="riser-harness: mark $1"
+	_klog || return 2
+	for ((i = KLOG_N - 1; i >= 0; i--)); do
+		[[ ${KLOG[i]} != *"$m" ]] || break
 	done
 	((i >= 0)) || return 2
-	((i + 1 == ${#l[@]})) || printf '%s\n' "${l[@]:i+1}"
+	_klog_lines $((i + 1))
+	[ -z "$KLOG_LINES" ] || printf '%s\n' "$KLOG_LINES"
 }
 
 # secs_after_mark MARK ERE: the seconds, by the kernel log's timestamps,
@@ -393,40 +398,108 @@ unload_riser() {
 }
 
 # dmesg_live: the kernel log, written to $RISER_OUT/dmesg.live as it grows,
-# for when the guest hangs. One process for the whole guest (a dmesg every
-# 15 s cost a sleep, a dmesg and a copy of the whole log each time).
-dmesg_live() { dmesg --follow >"$RISER_OUT/dmesg.live" 2>&1 & }
+# for when the guest hangs, and read by _klog in place of a dmesg. One
+# process for the whole guest (a dmesg every 15 s cost a sleep, a dmesg and
+# a copy of the whole log each time); its pid in DMESG_LIVE_PID.
+dmesg_live() {
+	dmesg --follow >"$RISER_OUT/dmesg.live" 2>&1 &
+	DMESG_LIVE_PID=$! KLOG_SEEN=0
+}
 
-# dmesg_mark: the kernel log's length now, the start of the window that
-# dmesg_since_mark, dmesg_has and dmesg_lacks read. When dmesg fails there
-# is no mark (those then fail, rather than read the whole log).
+# _klog [live|dmesg]: the kernel log as far as it is logged now, its lines
+# in KLOG[0 .. KLOG_N - 1], where they were read in KLOG_FROM. "live" (the
+# default when dmesg_live's follower runs): its copy, read in the shell
+# after a sync line ("riser-harness: sync ...", written to /dev/kmsg by a
+# builtin echo) shows in it, so that every line the kernel logged before
+# the call is in; KLOG_N is the sync line's index. No fork: a dmesg cost a
+# fork and an exec (about 0.3 s of a vCPU under KASAN in TCG) and the copy
+# of the whole log through a here-string, 1.3 s a call in all, 4 to 8 s
+# beside two other guests (hostile-session.sh's dmesg checks). "dmesg"
+# (the default without a follower): a dmesg, whole. Status 2, and a line on
+# stderr, when the log cannot be read: dmesg failed, or the follower is
+# gone or did not copy the sync line within KLOG_WAIT (10) s.
+_klog() {
+	local from=${1:-} m i end
+	if [ -z "$from" ]; then
+		from=dmesg
+		[ -z "${DMESG_LIVE_PID:-}" ] || ! kill -0 "$DMESG_LIVE_PID" 2>/dev/null || from=live
+	fi
+	KLOG_FROM=$from
+	if [ "$from" = dmesg ]; then
+		local log
+		log=$(dmesg) || { echo "dmesg failed" >&2; return 2; }
+		mapfile -t KLOG <<<"$log"
+		KLOG_N=${#KLOG[@]}
+		return 0
+	fi
+	[ -n "${DMESG_LIVE_PID:-}" ] && kill -0 "$DMESG_LIVE_PID" 2>/dev/null ||
+		{ echo "the kernel log's follower (dmesg_live) is gone" >&2; return 2; }
+	m="riser-harness: sync $BASHPID.$EPOCHREALTIME"
+	echo "$m" >>"$KMSG" || { echo "cannot write to $KMSG" >&2; return 2; }
+	end=$((SECONDS + KLOG_WAIT))
+	# (The sync line comes after every line this shell saw in the copy
+	# before: the search stops there.)
+	while :; do
+		mapfile -t KLOG <"$RISER_OUT/dmesg.live"
+		for ((i = ${#KLOG[@]} - 1; i >= ${KLOG_SEEN:-0}; i--)); do
+			if [[ ${KLOG[i]} == *"$m" ]]; then
+				KLOG_N=$i KLOG_SEEN=$i
+				return 0
+			fi
+		done
+		KLOG_SEEN=${#KLOG[@]}
+		((SECONDS < end)) || break
+		nap 0.05
+	done
+	echo "the kernel log's follower (dmesg_live) did not copy a line in $KLOG_WAIT s" >&2
+	return 2
+}
+# _klog_lines FIRST: KLOG[FIRST .. KLOG_N - 1] joined by newlines, in
+# KLOG_LINES; from the live copy without _klog's sync lines (line by line:
+# a window there is short, the log since a mark), from a dmesg whole (no
+# follower wrote sync lines).
+_klog_lines() {
+	local i
+	KLOG_LINES=
+	if [ "$KLOG_FROM" = live ]; then
+		for ((i = $1; i < KLOG_N; i++)); do
+			[[ ${KLOG[i]} == *"riser-harness: sync "* ]] || KLOG_LINES+=${KLOG[i]}$'\n'
+		done
+	elif (($1 < KLOG_N)); then
+		printf -v KLOG_LINES '%s\n' "${KLOG[@]:$1:KLOG_N-$1}"
+	fi
+	KLOG_LINES=${KLOG_LINES%$'\n'}
+}
+
+# dmesg_mark: the kernel log's length now (and where _klog read it), the
+# start of the window that dmesg_since_mark, dmesg_has and dmesg_lacks
+# read. When the log cannot be read there is no mark (those then fail,
+# rather than read the whole log).
 dmesg_mark() {
-	local log l
-	# (Counted in the shell: a wc would cost an exec.)
-	if log=$(dmesg); then
-		mapfile -t l <<<"$log"
-		echo "${#l[@]}" >"$RISER_OUT/.dmesg_mark"
+	if _klog; then
+		# (Past the sync line: a "live" window starts after it.)
+		[ "$KLOG_FROM" = dmesg ] || KLOG_N=$((KLOG_N + 1))
+		echo "$KLOG_FROM $KLOG_N" >"$RISER_OUT/.dmesg_mark"
 	else
 		rm -f "$RISER_OUT/.dmesg_mark"
-		echo "dmesg_mark: dmesg failed: no mark" >&2
+		echo "dmesg_mark: the kernel log cannot be read: no mark" >&2
 		return 1
 	fi
 }
 # _dmesg_since_mark: the kernel log since the last dmesg_mark, in
-# DMESG_SINCE; status 2, and a line on stderr, when there is no mark or
-# dmesg fails (the log is read whole, then cut in the shell: no SIGPIPE,
-# and no tail to exec).
+# DMESG_SINCE (read the way the mark was); status 2, and a line on stderr,
+# when there is no mark or the log cannot be read.
 _dmesg_since_mark() {
-	local mark log l
+	local from mark
 	DMESG_SINCE=
-	if ! { read -r mark <"$RISER_OUT/.dmesg_mark"; } 2>/dev/null || [[ ! $mark =~ ^[0-9]+$ ]]; then
+	if ! { read -r from mark <"$RISER_OUT/.dmesg_mark"; } 2>/dev/null ||
+		[[ ! $from =~ ^(live|dmesg)$ || ! $mark =~ ^[0-9]+$ ]]; then
 		echo "no dmesg_mark to read the kernel log from" >&2
 		return 2
 	fi
-	log=$(dmesg) || { echo "dmesg failed" >&2; return 2; }
-	mapfile -t -s "$mark" l <<<"$log"
-	[ ${#l[@]} = 0 ] || printf -v DMESG_SINCE '%s\n' "${l[@]}"
-	DMESG_SINCE=${DMESG_SINCE%$'\n'}
+	_klog "$from" || return 2
+	_klog_lines "$mark"
+	DMESG_SINCE=$KLOG_LINES
 }
 # dmesg_since_mark: prints the kernel log since the last dmesg_mark; status
 # 2 when it cannot be read.
@@ -436,10 +509,13 @@ dmesg_since_mark() {
 }
 # dmesg_has PATTERN: the kernel log since the last mark was read and has a
 # line matching PATTERN (an extended regex). Status 1 when it has none, 2
-# when the log could not be read (or the pattern is bad). grep reads a
-# variable, not a pipe from dmesg, so its early exit (-q) kills no writer.
+# when the log could not be read (or the pattern is bad, when there is a
+# line to match). grep reads a variable, not a pipe from dmesg, so its
+# early exit (-q) kills no writer; an empty window costs no grep (a
+# _wait_for polls it every half second).
 dmesg_has() {
 	_dmesg_since_mark || return 2
+	[ -n "$DMESG_SINCE" ] || return 1
 	grep -Eq "$1" <<<"$DMESG_SINCE"
 }
 # dmesg_lacks PATTERN: the kernel log since the last mark was read and has
@@ -447,6 +523,7 @@ dmesg_has() {
 # `! dmesg_has`, which also passes when the log could not be read.
 dmesg_lacks() {
 	_dmesg_since_mark || return 2
+	[ -n "$DMESG_SINCE" ] || return 0
 	grep -E "$1" <<<"$DMESG_SINCE"
 	[ $? = 1 ]
 }

@@ -11,6 +11,9 @@ set -u
 KO=$RISER_TOP/riser.ko
 T=/sys/class/iscsi_transport/iser
 
+# The kernel log as it grows: the dmesg checks read it (lib.sh, _klog).
+dmesg_live
+
 # 37 checks in line, 3 for each of the 5 refused parameters, 3 beside ib_iser.
 plan 72
 

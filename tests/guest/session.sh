@@ -117,6 +117,9 @@ dmesg_live
 # other two pairings add run time on the KASAN kernel, not paths.
 FIO_BS=${RISER_FIO_BS:-512 4k 64k 512k 1m 4m}
 _bs=($FIO_BS)
+# The kernel log as it grows: the dmesg checks read it (lib.sh, _klog).
+dmesg_live
+
 # 21 checks, and two for each block size, and the IPv6 portal's 10.
 plan $((31 + 2 * ${#_bs[@]}))
 

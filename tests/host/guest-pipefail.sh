@@ -123,7 +123,9 @@ fake_log "[  100.000000] riser: connection to 192.168.77.1:3260 failed: hit"
 # Control: the pipeline dmesg_has was (dmesg | tail | grep -q) gets 141
 # (SIGPIPE) under pipefail on this log although its line is there.
 old_dmesg_has_status() {
-	dmesg | tail -n +"$(($(<"$RISER_OUT/.dmesg_mark") + 1))" | grep -Eq "$1"
+	local from mark
+	read -r from mark <"$RISER_OUT/.dmesg_mark"
+	dmesg | tail -n +"$((mark + 1))" | grep -Eq "$1"
 	echo $?
 }
 case_ "control: the old dmesg_has, under pipefail, gets 141 (SIGPIPE) for its own line" 0 \
@@ -181,6 +183,50 @@ fake_log MARK
 case_ "_lio_login_stalled: no stall" '!0' _lio_login_stalled "$MARK"
 fake_log "$STALL"
 case_ "_lio_login_stalled: no marker" '!0' _lio_login_stalled "$MARK"
+
+# --- the live copy of the kernel log (lib.sh's dmesg_live) -----------------
+# With a follower running, the dmesg helpers read its copy in the shell
+# after a sync line shows in it. Here the follower is a sleep and the sync
+# lines go straight into the copy (KMSG), as the follower would copy them.
+LIVE=$RISER_OUT/dmesg.live
+sleep 600 &
+DMESG_LIVE_PID=$! KLOG_SEEN=0
+KMSG=$LIVE
+filler 100 1 >"$LIVE"
+dmesg_mark
+case_ "live: dmesg_mark takes the copy's length, past its sync line" 0 \
+	test "$(<"$RISER_OUT/.dmesg_mark")" = "live 101"
+echo "[  100.000000] riser: connection to 192.168.77.1:3260 failed: hit" >>"$LIVE"
+filler 1000 200 >>"$LIVE"
+DMESG_FAIL=1 case_ "live: dmesg_has: the line (no dmesg run: it fails here)" 0 \
+	dmesg_has "riser: connection to .* failed"
+case_ "live: dmesg_has: no such line" '!0' dmesg_has "riser: connection to .* refused"
+case_ "live: dmesg_lacks: no such line" 0 dmesg_lacks "riser: connection to .* refused"
+case_ "live: dmesg_lacks: the line is there" '!0' dmesg_lacks "riser: connection to .* failed"
+case_ "live: dmesg_since_mark: the 1001 lines after the mark, no sync line among them" 0 \
+	test "$(dmesg_since_mark | wc -l)" = 1001
+case_ "  from the first one on" 0 test "$(dmesg_since_mark | sed -n 1p)" = \
+	"[  100.000000] riser: connection to 192.168.77.1:3260 failed: hit"
+dmesg_mark
+case_ "live: dmesg_has: a line before the mark does not count" '!0' dmesg_has "riser: connection to"
+case_ "live: dmesg_lacks: a line before the mark does not count" 0 dmesg_lacks "riser: connection to"
+case_ "live: dmesg_lacks: an empty window" 0 dmesg_lacks "riser"
+kmsg_mark
+echo "[  300.000000] isert: a line after the marker" >>"$LIVE"
+case_ "live: kernel_after_mark: the line after the marker" 0 \
+	test "$(kernel_after_mark "$MARK")" = "[  300.000000] isert: a line after the marker"
+case_ "live: kernel_after_mark: no marker" '!0' kernel_after_mark 999.9
+KMSG=/dev/null KLOG_WAIT=1 case_ "live: the follower does not copy the sync line: dmesg_has fails" \
+	'!0' dmesg_has "isert"
+KMSG=/dev/null KLOG_WAIT=1 case_ "live: the follower does not copy the sync line: dmesg_lacks fails" \
+	'!0' dmesg_lacks "nothing"
+kill "$DMESG_LIVE_PID"
+wait "$DMESG_LIVE_PID" 2>/dev/null
+case_ "live: the follower gone: dmesg_has fails (the mark was taken from its copy)" '!0' \
+	dmesg_has "isert"
+case_ "live: the follower gone: dmesg_mark reads dmesg" 0 dmesg_mark
+case_ "  and says so" 0 grep -q "^dmesg " "$RISER_OUT/.dmesg_mark"
+KMSG=/dev/kmsg DMESG_LIVE_PID=
 
 # --- mpath.sh: path 2's connection was dropped ------------------------------
 eval "$(sed -n '/^path2_dropped() {/,/^}/p' "$TOP/tests/guest/mpath.sh")"
