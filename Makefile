@@ -19,7 +19,8 @@
 #                   against tests/manifest; ends "N passed, N failed, N retried"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
-#   make evil       the hostile iSER target (tests/target/iser-evil.c)
+#   make evil       the hostile iSER target and an idle CM connection
+#                   (tests/target/iser-evil.c, cm-idle.c)
 #   make inject     the test build of riser.ko with fault injection
 #                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
 #   make linkdown   how fast riser and ib_iser notice a lost link (the
@@ -93,6 +94,8 @@ GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/scale.sh tests/guest/fa
 
 # The hostile iSER target (userspace verbs), run inside the guest.
 EVIL = out/iser-evil
+# An idle RDMA CM connection to a portal (tests/target/cm-idle.c).
+CM_IDLE = out/cm-idle
 EVIL_CFLAGS = -O2 -g -Wall -Wextra -Werror
 
 all: modules
@@ -127,7 +130,7 @@ host-test:
 	# The guest scripts' log helpers under pipefail, on the host.
 	tests/host/guest-pipefail.sh >out/guest-pipefail.log 2>&1 || { cat out/guest-pipefail.log; exit 1; }
 
-evil: $(EVIL)
+evil: $(EVIL) $(CM_IDLE)
 
 # The test build with fault injection (rust/fault.rs, rust/params.c): the same
 # sources built apart, in out/fault-build, with RISER_FAULT_INJECTION=1. A user's
@@ -141,6 +144,10 @@ inject:
 		{ echo "out/fault-build/riser.ko has no test-build mark" >&2; exit 1; }
 
 $(EVIL): tests/target/iser-evil.c
+	@mkdir -p out
+	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
+
+$(CM_IDLE): tests/target/cm-idle.c
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 
@@ -170,7 +177,7 @@ FUZZ_LAST = $(lastword $(FUZZ_TARGETS))
 check: check-env
 	@mkdir -p out
 	tests/fuzz/run $(filter-out $(FUZZ_LAST),$(FUZZ_TARGETS)) >out/fuzz.log 2>&1 & fuzz=$$!; \
-	$(MAKE) --no-print-directory lint host-test $(EVIL) inject dkms-sandbox insns; rc=$$?; \
+	$(MAKE) --no-print-directory lint host-test $(EVIL) $(CM_IDLE) inject dkms-sandbox insns; rc=$$?; \
 	tests/fuzz/run $(FUZZ_LAST) >out/fuzz-last.log 2>&1; \
 	wait $$fuzz; cat out/fuzz-last.log >>out/fuzz.log; cat out/fuzz.log; \
 	if [ $$rc -ne 0 ]; then \

@@ -17,6 +17,7 @@ set -u
 # ping to time out and the reconnect to miss 30 s.
 ISCSI_REPLACEMENT_TIMEOUT=${ISCSI_REPLACEMENT_TIMEOUT:-120}
 KO=$RISER_TOP/riser.ko
+CM_IDLE=${RISER_CM_IDLE:-$RISER_TOP/out/cm-idle}
 IP=192.168.77.1
 A=iqn.2026-11.org.riser:nb
 B=iqn.2026-11.org.riser:chap
@@ -129,6 +130,44 @@ under_load() {
 	wait $pid || rc=1
 	return $rc
 }
+# stalled_first_login: B's login (a new session) queued behind an idle CM
+# connection (tests/target/cm-idle.c), which LIO's login thread waits on
+# until its login timer fires (15 s). With a login timeout of 5 s the first
+# try times out; iscsid then stops the connection with STOP_CONN_TERM
+# (open-iscsi's iscsi_login_eh, since 2.1.3) and tries again on a new one.
+# That stop leaves libiscsi's session ended: every later Login PDU refused
+# ("Login I/O error, failed to send a PDU"), the login lost after
+# initial_login_retry_max timeouts, as with ib_iser (tried: ib_iser's
+# login failed after 42 s, riser's with the fix taken out after 47 s).
+# riser makes the session loggable again at the retry's bind (its line) and
+# the login succeeds once LIO is free (20 s). The node's timeouts are put
+# back after.
+stalled_first_login() {
+	local n=(iscsiadm -m node -T "$B" -p "$IP:3260" -I iser) out tmo retries idle rc t0=$SECONDS
+	out=$("${n[@]}") || return 1
+	tmo=$(sed -n 's/^node.conn\[0\].timeo.login_timeout = //p' <<<"$out")
+	retries=$(sed -n 's/^node.session.initial_login_retry_max = //p' <<<"$out")
+	echo "node: login_timeout $tmo, initial_login_retry_max $retries"
+	[ -n "$tmo" ] && [ -n "$retries" ] &&
+		"${n[@]}" -o update -n node.conn[0].timeo.login_timeout -v 5 &&
+		"${n[@]}" -o update -n node.session.initial_login_retry_max -v 8 || return 1
+	dmesg_mark
+	"$CM_IDLE" "$IP" 3260 14 >/tmp/cm-idle.out 2>&1 &
+	idle=$!
+	_wait_for 20 grep -q "cm-idle: connected" /tmp/cm-idle.out || {
+		cat /tmp/cm-idle.out
+		return 1
+	}
+	bounded 150 "${n[@]}" --login
+	rc=$?
+	wait "$idle"
+	cat /tmp/cm-idle.out
+	echo "login status $rc after $((SECONDS - t0)) s"
+	"${n[@]}" -o update -n node.conn[0].timeo.login_timeout -v "$tmo" &&
+		"${n[@]}" -o update -n node.session.initial_login_retry_max -v "$retries" || return 1
+	[ "$rc" = 0 ] &&
+		dmesg_has "riser: session [0-9]+: iscsid tries its first login again after ending it"
+}
 noop_node() {
 	local n=(iscsiadm -m node -T "$A" -p "$IP:3260" -I iser -o update)
 	_iscsi_node "$A" "$IP" iser &&
@@ -145,7 +184,7 @@ dmesg_live
 LIO_NO_AUTH='Initiator sent AuthMethod=None but Target is enforcing iSCSI Authentication|has not been successfully authenticated'
 LIO_AUTH_FAILED='Security negotiation failed'
 
-plan 57
+plan 59
 
 check "soft-RoCE device rxe0 created" setup_rxe $IP
 check "riser's dependencies load" load_deps
@@ -233,6 +272,9 @@ check "B: mutual CHAP in the node record" iscsi_chap $B $IP alice secretsecret12
 # login PDU, fixed since; that is no reason to try again.)
 check "B: login with mutual CHAP" login_retry $B $IP
 check "B: logout again" iscsi_logout $B $IP
+check "B: a first login that timed out behind a stalled LIO login is tried again and logs in" \
+	stalled_first_login
+check "B: logout after it" iscsi_logout $B $IP
 dmesg_mark
 check "A: LU reset (sg_reset -d) twice under fio load, data verified" under_load "$DA" -d
 check "A: LU resets answered by the target (TMF responses counted)" tmf_answered $A

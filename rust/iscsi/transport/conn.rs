@@ -152,6 +152,63 @@ pub(super) unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn)
     }
 }
 
+/// Puts a session back as it was before its first login when a stop with
+/// `STOP_CONN_TERM` left it ended and iscsid binds it again.
+///
+/// iscsid tries a session's first login again on a new connection when a
+/// try timed out (a target slow to answer: LIO's login thread waits up to
+/// 15 s on a connection that never sends its Login Request, and the logins
+/// behind it wait too), and since open-iscsi 2.1.3 it stops the
+/// connection with `STOP_CONN_TERM` before the new try. libiscsi takes
+/// that stop for the session's end: `ISCSI_STATE_TERMINATE`, and the
+/// connection's `stop_stage` kept at `STOP_CONN_TERM`, after which it
+/// refuses every Login PDU (EPERM) and ignores every later stop, so each
+/// try fails with "Login I/O error, failed to send a PDU" until iscsid
+/// gives up, with ib_iser as with riser. A bind after that stop is such a
+/// retry (iscsid stops with `STOP_CONN_TERM` otherwise only to destroy the
+/// connection and the session: logout, discovery's end, a login given
+/// up): the session is made loggable again, its connection as one not
+/// yet stopped.
+///
+/// # Safety
+///
+/// `cls_session` and `conn` must be live, `conn` a connection of that
+/// session, and the caller scsi_transport_iscsi's bind, which holds the
+/// connection's `ep_mutex` (no netlink stop or cleanup of it runs
+/// meanwhile) and none of the session's locks.
+unsafe fn reopen_first_login(
+    cls_session: *const bindings::iscsi_cls_session,
+    conn: *mut bindings::iscsi_conn,
+) {
+    // SAFETY: `conn` is live (contract), and so is its session.
+    let session = unsafe { (*conn).session };
+    // SAFETY: The session is live; this thread holds none of its locks
+    // (contract), which libiscsi writes `state` and `stop_stage` under.
+    unsafe { bindings::riser_iscsi_session_lock(session) };
+    // SAFETY: Both are live, and the session's locks are held: nothing of
+    // libiscsi's writes the two fields meanwhile.
+    let reset = unsafe {
+        let ended = (*session).state == bindings::ISCSI_STATE_TERMINATE as c_int
+            && (*conn).stop_stage == bindings::STOP_CONN_TERM as c_int;
+        if ended {
+            (*session).state = bindings::ISCSI_STATE_FREE as c_int;
+            (*conn).stop_stage = 0;
+        }
+        ended
+    };
+    // SAFETY: Taken above, on this thread.
+    unsafe { bindings::riser_iscsi_session_unlock(session) };
+    if reset {
+        // SAFETY: A live session's `cls_session` is live.
+        let sid = unsafe { (*cls_session).sid };
+        pr_info!(
+            "session {}: iscsid tries its first login again after ending it (STOP_CONN_TERM): \
+             libiscsi's session made loggable again\n",
+            sid
+        );
+    }
+}
+
 /// # Safety
 ///
 /// Called by scsi_transport_iscsi only, with a live session and connection.
@@ -166,6 +223,10 @@ pub(super) unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
     if r != 0 {
         return r;
     }
+    // SAFETY: Both are live, the connection now bound to the session;
+    // scsi_transport_iscsi's bind holds the connection's `ep_mutex` and
+    // none of the session's locks.
+    unsafe { reopen_first_login(cls_session, conn_of(cls_conn)) };
     // SAFETY: The handle comes from userspace; the lookup checks it and
     // takes a reference on the endpoint.
     let ep = unsafe { bindings::iscsi_lookup_endpoint(handle) };
