@@ -152,6 +152,18 @@ pub(super) unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn)
     }
 }
 
+/// The iSCSI class's number of `conn`'s session (0 if it has no class
+/// session).
+///
+/// # Safety
+///
+/// `conn` must be a live connection.
+unsafe fn session_sid(conn: *const bindings::iscsi_conn) -> c_int {
+    // SAFETY: The connection is live (contract), and so is its session,
+    // whose `cls_session` is null or valid.
+    unsafe { (*(*conn).session).cls_session.as_ref() }.map_or(0, |s| s.sid)
+}
+
 /// Puts a session back as it was before its first login when a stop with
 /// `STOP_CONN_TERM` left it ended and iscsid binds it again.
 ///
@@ -172,14 +184,10 @@ pub(super) unsafe fn unbind_ep<T: TransportOps>(conn: *mut bindings::iscsi_conn)
 ///
 /// # Safety
 ///
-/// `cls_session` and `conn` must be live, `conn` a connection of that
-/// session, and the caller scsi_transport_iscsi's bind, which holds the
-/// connection's `ep_mutex` (no netlink stop or cleanup of it runs
-/// meanwhile) and none of the session's locks.
-unsafe fn reopen_first_login(
-    cls_session: *const bindings::iscsi_cls_session,
-    conn: *mut bindings::iscsi_conn,
-) {
+/// `conn` must be live, and the caller scsi_transport_iscsi's bind, which
+/// holds the connection's `ep_mutex` (no netlink stop or cleanup of it
+/// runs meanwhile) and none of the session's locks.
+unsafe fn reopen_first_login(conn: *mut bindings::iscsi_conn) {
     // SAFETY: `conn` is live (contract), and so is its session.
     let session = unsafe { (*conn).session };
     // SAFETY: The session is live; this thread holds none of its locks
@@ -199,8 +207,8 @@ unsafe fn reopen_first_login(
     // SAFETY: Taken above, on this thread.
     unsafe { bindings::riser_iscsi_session_unlock(session) };
     if reset {
-        // SAFETY: A live session's `cls_session` is live.
-        let sid = unsafe { (*cls_session).sid };
+        // SAFETY: The connection is live (contract).
+        let sid = unsafe { session_sid(conn) };
         pr_info!(
             "session {}: iscsid tries its first login again after ending it (STOP_CONN_TERM): \
              libiscsi's session made loggable again\n",
@@ -223,10 +231,10 @@ pub(super) unsafe extern "C" fn bind_conn_callback<T: TransportOps>(
     if r != 0 {
         return r;
     }
-    // SAFETY: Both are live, the connection now bound to the session;
-    // scsi_transport_iscsi's bind holds the connection's `ep_mutex` and
-    // none of the session's locks.
-    unsafe { reopen_first_login(cls_session, conn_of(cls_conn)) };
+    // SAFETY: The connection is live and now bound to the session;
+    // scsi_transport_iscsi's bind holds its `ep_mutex` and none of the
+    // session's locks.
+    unsafe { reopen_first_login(conn_of(cls_conn)) };
     // SAFETY: The handle comes from userspace; the lookup checks it and
     // takes a reference on the endpoint.
     let ep = unsafe { bindings::iscsi_lookup_endpoint(handle) };
@@ -463,9 +471,8 @@ pub(super) unsafe extern "C" fn send_pdu_callback<T: TransportOps>(
             let opcode = u32::from(unsafe { (*hdr).opcode }) & bindings::ISCSI_OPCODE_MASK;
             // SAFETY: The connection is live (contract).
             let ep = unsafe { bound_ep_arc::<T>(conn) };
-            // SAFETY: The connection is live (contract), and so is its
-            // session, whose `cls_session` is null or valid.
-            let sid = unsafe { (*(*conn).session).cls_session.as_ref() }.map_or(0, |s| s.sid);
+            // SAFETY: The connection is live (contract).
+            let sid = unsafe { session_sid(conn) };
             pr_warn!(
                 "iscsid's PDU (opcode {:#04x}) for session {} was refused: error {} \
                  (endpoint bound: {}, with a device: {})\n",
