@@ -19,8 +19,9 @@
 #                   against tests/manifest; ends "N passed, N failed, N retried"
 #   make host-test  the proto layer's unit tests as a host crate (cargo test)
 #   make fuzz       the proto layer's parsers under cargo-fuzz, 30 s a target
-#   make evil       the hostile iSER target and an idle CM connection
-#                   (tests/target/iser-evil.c, cm-idle.c)
+#   make evil       the hostile iSER target, an idle CM connection and a
+#                   dropped login (tests/target/iser-evil.c, cm-idle.c,
+#                   login-drop.c)
 #   make inject     the test build of riser.ko with fault injection
 #                   (out/fault-build/riser.ko, for tests/guest/inject.sh)
 #   make linkdown   how fast riser and ib_iser notice a lost link (the
@@ -96,6 +97,8 @@ GUEST_TESTS = tests/guest/hostile-session.sh tests/guest/scale.sh tests/guest/fa
 EVIL = out/iser-evil
 # An idle RDMA CM connection to a portal (tests/target/cm-idle.c).
 CM_IDLE = out/cm-idle
+# A Login Request sent and its connection dropped (tests/target/login-drop.c).
+LOGIN_DROP = out/login-drop
 EVIL_CFLAGS = -O2 -g -Wall -Wextra -Werror
 
 all: modules
@@ -130,7 +133,7 @@ host-test:
 	# The guest scripts' log helpers under pipefail, on the host.
 	tests/host/guest-pipefail.sh >out/guest-pipefail.log 2>&1 || { cat out/guest-pipefail.log; exit 1; }
 
-evil: $(EVIL) $(CM_IDLE)
+evil: $(EVIL) $(CM_IDLE) $(LOGIN_DROP)
 
 # The test build with fault injection (rust/fault.rs, rust/params.c): the same
 # sources built apart, in out/fault-build, with RISER_FAULT_INJECTION=1. A user's
@@ -148,6 +151,10 @@ $(EVIL): tests/target/iser-evil.c
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 
 $(CM_IDLE): tests/target/cm-idle.c
+	@mkdir -p out
+	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
+
+$(LOGIN_DROP): tests/target/login-drop.c
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 
@@ -177,7 +184,7 @@ FUZZ_LAST = $(lastword $(FUZZ_TARGETS))
 check: check-env
 	@mkdir -p out
 	tests/fuzz/run $(filter-out $(FUZZ_LAST),$(FUZZ_TARGETS)) >out/fuzz.log 2>&1 & fuzz=$$!; \
-	$(MAKE) --no-print-directory lint host-test $(EVIL) $(CM_IDLE) inject dkms-sandbox insns; rc=$$?; \
+	$(MAKE) --no-print-directory lint host-test $(EVIL) $(CM_IDLE) $(LOGIN_DROP) inject dkms-sandbox insns; rc=$$?; \
 	tests/fuzz/run $(FUZZ_LAST) >out/fuzz-last.log 2>&1; \
 	wait $$fuzz; cat out/fuzz-last.log >>out/fuzz.log; cat out/fuzz.log; \
 	if [ $$rc -ne 0 ]; then \

@@ -18,9 +18,11 @@ set -u
 ISCSI_REPLACEMENT_TIMEOUT=${ISCSI_REPLACEMENT_TIMEOUT:-120}
 KO=$RISER_TOP/riser.ko
 CM_IDLE=${RISER_CM_IDLE:-$RISER_TOP/out/cm-idle}
+LOGIN_DROP=${RISER_LOGIN_DROP:-$RISER_TOP/out/login-drop}
 IP=192.168.77.1
 A=iqn.2026-11.org.riser:nb
 B=iqn.2026-11.org.riser:chap
+C=iqn.2026-11.org.riser:dropped
 # Targets with long names (212 bytes; iSCSI allows 223), so that the
 # SendTargets answer needs several 8 KiB Text responses without making
 # hundreds of targets (each costs LIO about 1.5 s to make and as much to
@@ -168,6 +170,45 @@ stalled_first_login() {
 	[ "$rc" = 0 ] &&
 		dmesg_has "riser: session [0-9]+: iscsid tries its first login again after ending it"
 }
+# reinstated_after_dropped_login: C's next session (its ISID is iscsid's,
+# 00023d and the session number) logs in after another connection sent a
+# Login Request with that ISID and dropped before the answer
+# (tests/target/login-drop.c), as when iscsid's login timer expires just
+# after a first login's request left (a starved host: 16 s between connect
+# and send, the disconnect 28 ms later). LIO completes that login with its
+# connection gone, and the new login reinstates it. LIO's isert lost the
+# disconnect of a connection still logging in: the connection was never
+# released and the reinstatement waited for it for ever in the portal's
+# login thread, every later login hung with it (tried on the kernel without
+# scripts/kernel-patches/0002: this login failed after 17 s, every later one
+# after it too). The sid of C's first session predicts the next one's
+# (session numbers only grow): a login that got another number did not test
+# the reinstatement and fails the check.
+reinstated_after_dropped_login() {
+	local ini sid next rc try t0
+	ini=$(sed -n 's/^InitiatorName=//p' /etc/iscsi/initiatorname.iscsi)
+	[ -n "$ini" ] && iscsi_login "$C" "$IP" || return 1
+	# The disconnect can reach LIO after that login ended, with nothing
+	# to test (no isert line): then once more, three times at most.
+	for try in 1 2 3; do
+		sid=$(sid_of "$C")
+		iscsi_logout "$C" "$IP" && [ -n "$sid" ] || return 1
+		next=$((sid + 1))
+		dmesg_mark
+		"$LOGIN_DROP" "$IP" 3260 "$ini" "$C" "$(printf '00023d%06x' "$next")" || return 1
+		t0=$SECONDS
+		iscsi_login "$C" "$IP"
+		rc=$?
+		echo "try $try: login status $rc after $((SECONDS - t0)) s, session $(sid_of "$C") (expected $next)"
+		[ "$rc" = 0 ] && [ "$(sid_of "$C")" = "$next" ] || return 1
+		if dmesg_has "isert: conn [^ ]+: disconnected during its login, ended"; then
+			iscsi_logout "$C" "$IP"
+			return
+		fi
+	done
+	iscsi_logout "$C" "$IP"
+	return 1
+}
 noop_node() {
 	local n=(iscsiadm -m node -T "$A" -p "$IP:3260" -I iser -o update)
 	_iscsi_node "$A" "$IP" iser &&
@@ -184,7 +225,7 @@ dmesg_live
 LIO_NO_AUTH='Initiator sent AuthMethod=None but Target is enforcing iSCSI Authentication|has not been successfully authenticated'
 LIO_AUTH_FAILED='Security negotiation failed'
 
-plan 59
+plan 61
 
 check "soft-RoCE device rxe0 created" setup_rxe $IP
 check "riser's dependencies load" load_deps
@@ -275,6 +316,9 @@ check "B: logout again" iscsi_logout $B $IP
 check "B: a first login that timed out behind a stalled LIO login is tried again and logs in" \
 	stalled_first_login
 check "B: logout after it" iscsi_logout $B $IP
+check "rd_mcp target C" lio_rd_target $C $IP 8
+check "C: a login LIO holds with the next session's ISID, dropped before its answer, is reinstated" \
+	reinstated_after_dropped_login
 dmesg_mark
 check "A: LU reset (sg_reset -d) twice under fio load, data verified" under_load "$DA" -d
 check "A: LU resets answered by the target (TMF responses counted)" tmf_answered $A
