@@ -150,11 +150,11 @@ $(EVIL): tests/target/iser-evil.c
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 
-$(CM_IDLE): tests/target/cm-idle.c
+$(CM_IDLE): tests/target/cm-idle.c tests/target/cm-client.h
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 
-$(LOGIN_DROP): tests/target/login-drop.c
+$(LOGIN_DROP): tests/target/login-drop.c tests/target/cm-client.h
 	@mkdir -p out
 	$(CC) $(EVIL_CFLAGS) -o $@ $< -libverbs -lrdmacm
 

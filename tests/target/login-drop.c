@@ -10,14 +10,11 @@
  * login with the same ISID reinstates that session (tests/guest/
  * features.sh).
  */
-#include <arpa/inet.h>
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "cm-client.h"
 
 /* RFC 7145 section 9.2: the iSER header of an iSCSI control-type PDU. */
 #define ISER_HDR_LEN 28
@@ -27,26 +24,6 @@
 #define OP_LOGIN_REQ_I 0x43
 /* Transit, from operational negotiation (1) to Full Feature Phase (3). */
 #define LOGIN_T_CSG1_NSG3 0x87
-
-static struct rdma_event_channel *ch;
-
-/* The next CM event, which must be WANT. */
-static int next_event(enum rdma_cm_event_type want)
-{
-	struct rdma_cm_event *ev;
-	int ok;
-
-	if (rdma_get_cm_event(ch, &ev)) {
-		perror("login-drop: rdma_get_cm_event");
-		return -1;
-	}
-	ok = ev->event == want;
-	if (!ok)
-		fprintf(stderr, "login-drop: %s (status %d), not %s\n", rdma_event_str(ev->event),
-			ev->status, rdma_event_str(want));
-	rdma_ack_cm_event(ev);
-	return ok ? 0 : -1;
-}
 
 /* Appends KEY=VALUE and its NUL at BUF + *LEN, within CAP bytes. */
 static int key(char *buf, size_t *len, size_t cap, const char *k, const char *v)
@@ -117,21 +94,6 @@ static int parse_isid(const char *s, unsigned char isid[6])
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in dst = { .sin_family = AF_INET };
-	/* The iSER CM header (RFC 7145 section 9.1): no flags. */
-	unsigned char iser_cm[4] = { 0 };
-	struct rdma_conn_param param = {
-		.private_data = iser_cm,
-		.private_data_len = sizeof(iser_cm),
-		.responder_resources = 1,
-		.initiator_depth = 1,
-		.retry_count = 7,
-		.rnr_retry_count = 7,
-	};
-	struct ibv_qp_init_attr qp = {
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
 	static unsigned char pdu[4096];
 	unsigned char isid[6];
 	struct ibv_send_wr wr = { .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
@@ -139,41 +101,30 @@ int main(int argc, char **argv)
 	struct ibv_send_wr *bad;
 	struct ibv_sge sge;
 	struct ibv_wc wc;
-	struct rdma_cm_id *id;
+	struct rdma_cm_id *id = NULL;
 	struct ibv_mr *mr;
-	struct ibv_pd *pd;
-	size_t len;
-	int n, tries;
+	size_t len = 0;
+	int n, tries, usage = 1;
 
-	if (argc != 6 || inet_pton(AF_INET, argv[1], &dst.sin_addr) != 1 ||
-	    parse_isid(argv[5], isid)) {
-		fprintf(stderr, "usage: login-drop IPV4 PORT INITIATOR TARGET ISID(12 hex digits)\n");
-		return 2;
+	if (argc == 6 && !parse_isid(argv[5], isid)) {
+		len = build(pdu, sizeof(pdu), argv[3], argv[4], isid);
+		if (!len) {
+			fprintf(stderr, "login-drop: names too long\n");
+			return 2;
+		}
+		id = cm_connect("login-drop", argv[1], argv[2], &usage);
 	}
-	len = build(pdu, sizeof(pdu), argv[3], argv[4], isid);
-	if (!len) {
-		fprintf(stderr, "login-drop: names too long\n");
-		return 2;
+	if (!id) {
+		if (usage)
+			fprintf(stderr,
+				"usage: login-drop IPV4 PORT INITIATOR TARGET ISID(12 hex digits)\n");
+		return usage ? 2 : 1;
 	}
-	dst.sin_port = htons((unsigned short)atoi(argv[2]));
-	ch = rdma_create_event_channel();
-	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
-		perror("login-drop: rdma_create_id");
+	mr = ibv_reg_mr(id->qp->pd, pdu, sizeof(pdu), 0);
+	if (!mr) {
+		perror("login-drop: ibv_reg_mr");
 		return 1;
 	}
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 5000) ||
-	    next_event(RDMA_CM_EVENT_ADDR_RESOLVED) || rdma_resolve_route(id, 5000) ||
-	    next_event(RDMA_CM_EVENT_ROUTE_RESOLVED))
-		return 1;
-	pd = ibv_alloc_pd(id->verbs);
-	qp.send_cq = qp.recv_cq = ibv_create_cq(id->verbs, 2, NULL, NULL, 0);
-	mr = pd ? ibv_reg_mr(pd, pdu, sizeof(pdu), 0) : NULL;
-	if (!pd || !qp.send_cq || !mr || rdma_create_qp(id, pd, &qp)) {
-		perror("login-drop: PD, CQ, MR or QP");
-		return 1;
-	}
-	if (rdma_connect(id, &param) || next_event(RDMA_CM_EVENT_ESTABLISHED))
-		return 1;
 	/* The portal's login thread takes the connection before it is sent. */
 	usleep(500 * 1000);
 	sge.addr = (uintptr_t)pdu;
@@ -185,7 +136,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Polled, not waited for: the disconnect follows the completion at once. */
-	for (tries = 0; (n = ibv_poll_cq(qp.send_cq, 1, &wc)) == 0 && tries < 50000; tries++)
+	for (tries = 0; (n = ibv_poll_cq(id->qp->send_cq, 1, &wc)) == 0 && tries < 50000; tries++)
 		usleep(100);
 	if (n != 1 || wc.status != IBV_WC_SUCCESS) {
 		fprintf(stderr, "login-drop: the Login Request's send did not complete (%d, %s)\n",
