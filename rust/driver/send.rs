@@ -48,7 +48,8 @@ use crate::{
             Exposure,
             Key,
             Plan,
-            PlanError, //
+            PlanError,
+            Shape, //
         },
         slot,
         tmf, //
@@ -208,20 +209,16 @@ pub(super) fn command<'a>(
     dir: Direction,
     len: u32,
 ) -> Result<(bool, Option<Failure>)> {
-    let plan = plan_command(res, task, dir, len)?;
     // The common shapes each get a copy of the rest with their plan known
     // where it is read, so that its branches fold: a READ through an MR
     // with an inline SEND, a WRITE whose data all goes as immediate data
     // from one segment, and a WRITE with immediate data whose rest the
     // target reads through an MR. The same code, the same checks.
-    if plan.is(&Plan::MR_READ_INLINE) {
-        command_planned(res, task, slot, Plan::MR_READ_INLINE, len)
-    } else if plan.is(&Plan::IMMEDIATE_WRITE) {
-        command_planned(res, task, slot, Plan::IMMEDIATE_WRITE, len)
-    } else if let Some(large) = large_write(&plan) {
-        command_planned(res, task, slot, large, len)
-    } else {
-        command_general(res, task, slot, plan, len)
+    match plan_command(res, task, dir, len)? {
+        Shape::MrReadInline => command_planned(res, task, slot, Plan::MR_READ_INLINE, len),
+        Shape::ImmediateWrite => command_planned(res, task, slot, Plan::IMMEDIATE_WRITE, len),
+        Shape::MrWrite { offset } => command_planned(res, task, slot, Plan::mr_write(offset), len),
+        Shape::Other(plan) => command_general(res, task, slot, plan, len),
     }
 }
 
@@ -236,17 +233,6 @@ fn command_general<'a>(
     len: u32,
 ) -> Result<(bool, Option<Failure>)> {
     command_planned(res, task, slot, plan, len)
-}
-
-/// `plan` if it is a WRITE with immediate data whose rest the target
-/// reads through an MR, rebuilt with only its offset not a constant.
-#[inline(always)]
-fn large_write(plan: &Plan) -> Option<Plan> {
-    let Advert::Write { offset } = plan.advert else {
-        return None;
-    };
-    let large = Plan::mr_write(offset);
-    plan.is(&large).then_some(large)
 }
 
 /// [`command`] once planned (`plan`).
@@ -351,14 +337,15 @@ fn command_planned<'a>(
 }
 
 /// Maps the command's data (how many segments it takes decides whether
-/// it needs a registration), and plans how it is sent.
+/// it needs a registration), and plans how it is sent, its shape named
+/// if it is a common one.
 #[inline]
 fn plan_command(
     res: &Res,
     task: &mut XmitTask<'_, Iser>,
     dir: Direction,
     len: u32,
-) -> Result<plan::Plan> {
+) -> Result<plan::Shape> {
     let dir = match dir {
         Direction::None => DataDir::None,
         Direction::Read => DataDir::Read,
@@ -368,7 +355,7 @@ fn plan_command(
     if matches!(dir, DataDir::Read | DataDir::Write) && len > 0 && task.mapping().is_none() {
         task.map_data(&res.dev.map)?;
     }
-    plan::plan(&Command {
+    plan::shape(&Command {
         dir,
         len,
         imm: task.imm_count(),

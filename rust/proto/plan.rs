@@ -141,23 +141,68 @@ impl Plan {
         }
     }
 
-    /// Whether `self` is `shape`, field by field (always inlined: the
-    /// send path picks its shape with it, the shape a constant).
-    #[inline(always)]
-    pub(crate) fn is(&self, shape: &Plan) -> bool {
-        self.key == shape.key
-            && self.advert == shape.advert
-            && self.exposure == shape.exposure
-            && self.with_imm == shape.with_imm
-            && self.inline == shape.inline
-            && self.dataouts == shape.dataouts
-    }
-
     /// Whether the target is given a key it can use until it is
     /// invalidated: an MR with remote access.
     pub(crate) fn remote_mr(&self) -> bool {
         self.key == Key::Mr && self.exposure != Exposure::Local
     }
+}
+
+/// A command's plan, the common shapes named: each a constant (or one
+/// number) that the send path folds into its copy of the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// [`Plan::MR_READ_INLINE`].
+    MrReadInline,
+    /// [`Plan::IMMEDIATE_WRITE`].
+    ImmediateWrite,
+    /// [`Plan::mr_write`] from `offset`.
+    MrWrite {
+        /// Bytes into the buffer: the immediate data's.
+        offset: u32,
+    },
+    /// Any other plan, never one of the above.
+    Other(Plan),
+}
+
+impl Shape {
+    /// The plan.
+    pub(crate) fn plan(&self) -> Plan {
+        match *self {
+            Shape::MrReadInline => Plan::MR_READ_INLINE,
+            Shape::ImmediateWrite => Plan::IMMEDIATE_WRITE,
+            Shape::MrWrite { offset } => Plan::mr_write(offset),
+            Shape::Other(p) => p,
+        }
+    }
+}
+
+/// The plan for `c` ([`plan`]'s), the common shapes told by the few
+/// comparisons that decide them, ahead of the general rules. Exactly
+/// [`plan`]'s result: the tests and the `plan` fuzz target check it, and
+/// that `Other` is never a named shape.
+#[inline(always)]
+pub(crate) fn shape(c: &Command) -> Result<Shape, PlanError> {
+    // One segment with a global rkey goes unregistered: no MR.
+    let mr = !(c.segments == 1 && c.global_rkey);
+    match c.dir {
+        DataDir::Read if c.len > 0 && mr && c.max_inline >= c.headers => {
+            return Ok(Shape::MrReadInline);
+        }
+        // Immediate data and no Data-Out: all of it, from one segment, or
+        // a part, the rest read by the target through an MR.
+        DataDir::Write if c.len > 0 && c.imm > 0 && c.unsol == 0 => {
+            if c.imm >= c.len {
+                if c.segments == 1 {
+                    return Ok(Shape::ImmediateWrite);
+                }
+            } else if mr {
+                return Ok(Shape::MrWrite { offset: c.imm });
+            }
+        }
+        _ => {}
+    }
+    plan(c).map(Shape::Other)
 }
 
 /// Why a command cannot be sent.
@@ -273,6 +318,26 @@ mod tests {
     }
 
     #[test]
+    fn the_named_shapes_are_found_ahead_of_the_general_plan() {
+        let mut read = cmd(DataDir::Read, 4096);
+        read.max_inline = HEADERS;
+        assert_eq!(shape(&read), Ok(Shape::MrReadInline));
+        // One segment with a global rkey: unregistered, not an MR read.
+        (read.segments, read.global_rkey) = (1, true);
+        assert!(matches!(shape(&read), Ok(Shape::Other(_))));
+        let mut small = cmd(DataDir::Write, 4096);
+        (small.imm, small.segments) = (4096, 1);
+        assert_eq!(shape(&small), Ok(Shape::ImmediateWrite));
+        // With a Data-Out after it, no longer the common write.
+        small.unsol = 512;
+        assert!(matches!(shape(&small), Ok(Shape::Other(_))));
+        let mut large = cmd(DataDir::Write, 524288);
+        large.imm = 8192;
+        assert_eq!(shape(&large), Ok(Shape::MrWrite { offset: 8192 }));
+        assert_eq!(shape(&cmd(DataDir::Read, 0)), Err(PlanError::NoData));
+    }
+
+    #[test]
     fn a_read_gives_the_target_a_write_key_to_the_whole_buffer() {
         let p = plan(&cmd(DataDir::Read, 65536)).unwrap();
         assert_eq!(p.key, Key::Mr);
@@ -370,11 +435,22 @@ mod tests {
     fn random_commands_keep_the_plan_consistent() {
         let mut rng = super::super::TestRng(0x5eed_c0de_1234_5678);
         for _ in 0..4096 {
+            let len = rng.u32() % 0x10_0000;
             let c = Command {
                 dir: [DataDir::None, DataDir::Read, DataDir::Write][rng.below(3)],
-                len: rng.u32() % 0x10_0000,
-                imm: rng.u32() % 0x2_0000,
-                unsol: rng.u32() % 0x4_0000,
+                len,
+                // A quarter all immediate data, to the byte.
+                imm: if rng.below(4) == 0 {
+                    len
+                } else {
+                    rng.u32() % 0x2_0000
+                },
+                // Half without Data-Outs: the common shapes have none.
+                unsol: if rng.below(2) == 0 {
+                    0
+                } else {
+                    rng.u32() % 0x4_0000
+                },
                 max_xmit: rng.u32() % 0x4_0000,
                 segments: rng.u32() % 4,
                 global_rkey: rng.u32() % 2 == 0,
@@ -384,6 +460,21 @@ mod tests {
             if let Ok(p) = plan(&c) {
                 check(&c, &p);
             }
+            check_shape(&c);
+        }
+    }
+}
+
+/// [`shape`] agrees with [`plan`] on `c`, and names every plan that has
+/// a name (for the tests and the `plan` fuzz target).
+#[cfg(any(MODULE, test, fuzzing))]
+pub(crate) fn check_shape(c: &Command) {
+    let s = shape(c);
+    assert_eq!(s.map(|s| s.plan()), plan(c));
+    if let Ok(Shape::Other(p)) = s {
+        assert!(p != Plan::MR_READ_INLINE && p != Plan::IMMEDIATE_WRITE);
+        if let Advert::Write { offset } = p.advert {
+            assert!(p != Plan::mr_write(offset));
         }
     }
 }

@@ -11,7 +11,9 @@
 //! it; no local-only or global key where the command does not allow one;
 //! inline only without immediate data; exactly enough Data-Outs for the
 //! unsolicited data. A refusal must be one of the three reasons, each
-//! where it applies.
+//! where it applies. `plan::shape`, which names the common plans ahead of
+//! the general rules, must give the same plan (or refusal), and never
+//! leave a named plan unnamed.
 
 #![no_main]
 
@@ -21,7 +23,7 @@ mod proto;
 
 use common::Input;
 use libfuzzer_sys::fuzz_target;
-use proto::plan::{check, dataouts, plan, Command, DataDir, PlanError};
+use proto::plan::{check, check_shape, dataouts, plan, Command, DataDir, PlanError};
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
@@ -48,6 +50,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(c.dir == DataDir::Write && c.len > 0 && c.unsol > 0 && c.max_xmit == 0)
         }
     }
+    // The common shapes, told ahead of the general rules, are its plan.
+    check_shape(&c);
     // `dataouts` on its own agrees with the plan's count.
     if let Ok(n) = dataouts(c.unsol, c.max_xmit) {
         assert!(u64::from(n) * u64::from(c.max_xmit) >= u64::from(c.unsol));
