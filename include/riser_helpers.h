@@ -28,14 +28,11 @@ int riser_ib_dereg_mr(struct ib_mr *mr);
 struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdma_cm_id *id,
 						       struct rdma_cm_event *event),
 					void *context, int ps, int qp_type);
-struct ib_recv_wr;
 struct scatterlist;
 struct iscsi_cls_conn;
 struct iscsi_cls_session;
 struct iscsi_task;
 struct Scsi_Host;
-int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
-		       const struct ib_recv_wr **bad);
 u64 riser_ib_dma_map_single(struct ib_device *dev, void *addr, size_t size, int dir);
 int riser_ib_dma_mapping_error(struct ib_device *dev, u64 addr);
 void riser_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size, int dir);

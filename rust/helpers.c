@@ -63,12 +63,6 @@ __riser_helper struct rdma_cm_id *riser_rdma_create_id(int (*handler)(struct rdm
 	return rdma_create_id(&init_net, handler, context, ps, qp_type);
 }
 
-__riser_helper int riser_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
-		       const struct ib_recv_wr **bad)
-{
-	return ib_post_recv(qp, wr, bad);
-}
-
 __riser_helper u64 riser_ib_dma_map_single(struct ib_device *dev, void *addr, size_t size, int dir)
 {
 	return ib_dma_map_single(dev, addr, size, dir);

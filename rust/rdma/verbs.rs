@@ -34,8 +34,7 @@ pub(crate) fn post_result(r: c_int) -> Result {
 /// `ib_post_send` of ib_verbs.h, a static inline, written out here so that
 /// it is inlined on every kernel (a C forward would be a call of its own
 /// wherever the kernel does not link helpers as bitcode): the provider's
-/// `post_send`, as ib_verbs.h calls it. (`ib_post_recv` stays a helper:
-/// written out the same way, the receive path around it inlined worse.)
+/// `post_send`, as ib_verbs.h calls it.
 ///
 /// # Safety
 ///
@@ -55,6 +54,23 @@ pub(crate) unsafe fn ib_post_send(
     // (`bad` is never null here: no dummy needed), with what the function
     // contract makes valid.
     unsafe { (*(*qp).device).ops.post_send.unwrap_unchecked()(qp, wr, bad) }
+}
+
+/// `ib_post_recv` of ib_verbs.h, written out as [`ib_post_send`] is.
+///
+/// # Safety
+///
+/// `qp` is a valid QP; `wr` a chain of valid receive work requests whose
+/// buffers and SGE lists outlive the call; `bad` is writable.
+#[inline(always)]
+pub(crate) unsafe fn ib_post_recv(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_recv_wr,
+    bad: *mut *const bindings::ib_recv_wr,
+) -> c_int {
+    // SAFETY: As in `ib_post_send`: `post_recv` is one of
+    // ib_device_check_mandatory's functions too, and `bad` is never null.
+    unsafe { (*(*qp).device).ops.post_recv.unwrap_unchecked()(qp, wr, bad) }
 }
 
 /// The error of a post the provider refused (`r`, a negative errno).

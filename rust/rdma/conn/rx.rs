@@ -28,7 +28,10 @@ use crate::{
         Site, //
     },
     kernel_ext::softirq::InSoftirq,
-    rdma::device::DeviceRef, //
+    rdma::{
+        device::DeviceRef,
+        verbs::ib_post_recv, //
+    },
 };
 use core::{
     ptr::NonNull,
@@ -269,7 +272,7 @@ impl RecvSlot {
         // outlive the call; the slot and its buffer live as long as the
         // connection, whose QP is destroyed (its receives completed)
         // before either goes.
-        to_result(unsafe { bindings::riser_ib_post_recv(qp, &wr, &mut bad) })
+        to_result(unsafe { ib_post_recv(qp, &wr, &mut bad) })
     }
 
     /// Back to idle once the QP is destroyed: no receive is posted then,
