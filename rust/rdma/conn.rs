@@ -124,6 +124,10 @@ impl ConnCaps {
     }
 }
 
+/// What [`Connection::new`] makes before its QP: the receive slots (each
+/// made later, with its buffer), the send tags and the unsignaled tag.
+type Parts = (KVec<SetOnce<RecvSlot>>, KVec<Tag>, KBox<Tag>);
+
 /// A connected (or connecting) RC queue pair with its CM id.
 ///
 /// # Invariants
@@ -139,7 +143,9 @@ impl ConnCaps {
 pub(crate) struct Connection<H: CmHandler + QpHandler> {
     qp: NonNull<bindings::ib_qp>,
     qp_destroyed: bool,
-    recv_tags: KVec<RecvSlot>,
+    /// The receive slots, each made with its buffer
+    /// ([`Connection::give_recv_buf`]).
+    recv_tags: KVec<SetOnce<RecvSlot>>,
     send_tags: KVec<Tag>,
     unsignaled: KBox<Tag>,
     /// The command slots and their MRs, made once the session's size is
@@ -291,15 +297,15 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         })
     }
 
-    fn parts(caps: ConnCaps) -> Result<(KVec<RecvSlot>, KVec<Tag>, KBox<Tag>)> {
+    fn parts(caps: ConnCaps) -> Result<Parts> {
         // Each command slot's MR and send tag can exist.
         let tags_end = caps.cmd_tag_base.checked_add(caps.cmd_slots);
         if caps.cmd_slots > caps.mrs || tags_end.is_none_or(|e| e > caps.send_tags) {
             return Err(EINVAL);
         }
         let mut recv = KVec::with_capacity(usize::from_safe_cast(caps.recv_tags), GFP_KERNEL)?;
-        for i in 0..caps.recv_tags {
-            recv.push(RecvSlot::new(i, Self::recv_done_cb), GFP_KERNEL)?;
+        for _ in 0..caps.recv_tags {
+            recv.push(SetOnce::default(), GFP_KERNEL)?;
         }
         let mut send = KVec::with_capacity(usize::from_safe_cast(caps.send_tags), GFP_KERNEL)?;
         for i in 0..caps.send_tags {
@@ -495,7 +501,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // A completion handler may repost a receive (`Received`) with no
         // `&self`: closed first, and past a grace period every such post
         // has either gone (before the drain's marker) or will be refused.
-        self.recv_tags.iter().for_each(RecvSlot::close);
+        self.recv_slots().for_each(RecvSlot::close);
         rcu::synchronize_rcu();
         // Flush and wait for every outstanding work request, so no
         // completion names a tag, buffer or MR released or freed after.
@@ -507,7 +513,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         unsafe { bindings::rdma_destroy_qp(self.id.as_raw()) };
         // INVARIANT: the QP is gone; nothing uses `qp` from here.
         self.qp_destroyed = true;
-        self.recv_tags.iter().for_each(RecvSlot::reset);
+        self.recv_slots().for_each(RecvSlot::reset);
         self.send_tags.iter().for_each(Tag::release);
     }
 
@@ -531,10 +537,20 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             .map(|t| t.posts.load(Ordering::Acquire))
     }
 
-    /// Gives receive tag `tag` its buffer, which it keeps for the
-    /// connection's life; once per tag (`EBUSY` after). The buffer must be
-    /// mapped on the connection's device.
+    /// The receive slots made so far.
+    fn recv_slots(&self) -> impl Iterator<Item = &RecvSlot> {
+        self.recv_tags.iter().filter_map(SetOnce::as_ref)
+    }
+
+    /// Makes receive tag `tag`'s slot with its buffer, which it keeps for
+    /// the connection's life; once per tag (`EBUSY` after), while the QP
+    /// exists (`ENOTCONN` after). The buffer must be mapped on the
+    /// connection's device.
     pub(crate) fn give_recv_buf(&self, tag: u32, buf: RecvBuf) -> Result {
+        // A slot made after `destroy_qp` would not be closed; none is.
+        if self.qp_destroyed {
+            return Err(ENOTCONN);
+        }
         let t = self
             .recv_tags
             .get(usize::from_safe_cast(tag))
@@ -544,7 +560,14 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         if buf.device_ptr() != self.pd.device_ptr() || u32::try_from(buf.len()).is_err() {
             return Err(EINVAL);
         }
-        t.give(buf, self.pd.local_dma_lkey())
+        let slot = RecvSlot::new(tag, Self::recv_done_cb, buf, self.pd.local_dma_lkey());
+        // Two callers at once: one slot is kept, the other's dropped
+        // unused (nothing was posted to it).
+        if t.populate(slot) {
+            Ok(())
+        } else {
+            Err(EBUSY)
+        }
     }
 
     /// Posts a receive of tag `tag`'s buffer (all of it), completing on the
@@ -558,6 +581,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let t = self
             .recv_tags
             .get(usize::from_safe_cast(tag))
+            .and_then(SetOnce::as_ref)
             .ok_or(EINVAL)?;
         // SAFETY: The QP is valid (not destroyed: checked on entry, and
         // `destroy_qp` needs `&mut self`); the tag's completions reach

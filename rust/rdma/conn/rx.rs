@@ -41,16 +41,7 @@ use core::{
         Ordering, //
     },
 };
-use kernel::{
-    alloc::KVec,
-    dma::DataDirection,
-    error::to_result,
-    prelude::*,
-    sync::{
-        rcu,
-        SetOnce, //
-    },
-};
+use kernel::{alloc::KVec, dma::DataDirection, error::to_result, prelude::*, sync::rcu};
 
 /// No receive of the slot is posted, or being read.
 const IDLE: u8 = 0;
@@ -93,8 +84,8 @@ fn after_read(s: u8, ok: bool) -> u8 {
 const RECV_ALIGN: usize = 256;
 
 /// A buffer the device writes received PDUs into, mapped on one device.
-/// Made by the driver and given to one receive slot of a [`Connection`]
-/// ([`Connection::give_recv_buf`]), which owns it from then on. Nothing
+/// Made by the driver and given to a [`Connection`] to make one receive
+/// slot with ([`Connection::give_recv_buf`]), which owns it from then on. Nothing
 /// writes it but the device, while a receive naming it is posted: its
 /// [`DmaBuf`] is never shared, and the other buffers of its chunk (other
 /// receive buffers) are on other cache lines.
@@ -128,111 +119,65 @@ impl RecvBuf {
     }
 }
 
-/// One receive slot of a connection: the completion entry its receives
-/// name (first, so that a completion's `wr_cqe` leads back here), its tag,
-/// the buffer given to it and the lkey that names the buffer.
+/// The state of a receive slot, which says who may touch its buffer, and
+/// its closing: a slot's posts are decided here, so that the decisions are
+/// tested apart from any device (the post itself, which names the QP, is
+/// the caller's closure).
 ///
 /// # Invariants
 ///
-/// `state` is `POSTED` exactly while a receive naming `buf` is posted (or
-/// being posted by the caller that moved it there); from the completion
-/// of that receive it is `READING` or `READING_REPOST` while a
-/// [`Received`] of the slot lives, and only that [`Received`] moves it on.
-/// `buf`'s memory is written by nothing but the device, and by it only
-/// while `POSTED`. Once `closed` is set and an RCU grace period has passed,
-/// nothing posts the slot again: posts through `&Connection` are excluded
-/// by `destroy_qp`'s `&mut`, and a [`Received`] posts inside the
-/// read-side section its completion callback holds.
-#[repr(C)]
-pub(super) struct RecvSlot {
-    pub(super) cqe: bindings::ib_cqe,
-    pub(super) id: u32,
+/// `state` is `POSTED` exactly while a receive of the slot is posted (or
+/// being posted by the caller that moved it there); from the completion of
+/// that receive it is `READING` or `READING_REPOST` while a [`Received`] of
+/// the slot lives, and only that [`Received`] moves it on. Once `closed` is
+/// set, [`Gate::post_now`] posts nothing.
+struct Gate {
     state: AtomicU8,
     /// The connection is draining its QP: a repost from a completion
     /// handler (which holds no `&Connection`) would land after the drain's
     /// marker, and complete after the QP and this slot are gone.
     closed: AtomicBool,
-    buf: SetOnce<(RecvBuf, u32)>,
 }
 
-impl RecvSlot {
-    pub(super) fn new(id: u32, done: DoneFn) -> Self {
+impl Gate {
+    const fn new() -> Self {
         Self {
-            cqe: bindings::ib_cqe { done: Some(done) },
-            id,
             state: AtomicU8::new(IDLE),
             closed: AtomicBool::new(false),
-            buf: SetOnce::default(),
         }
     }
 
-    /// Refuses every post from now on. A [`Received`] checks the flag and
-    /// posts inside its callback's RCU read-side section, so once a grace
-    /// period has passed after this (`Connection::destroy_qp` waits for
-    /// one before it drains), its posts have gone or will be refused.
-    pub(super) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-    }
-
-    /// Gives the slot its buffer, named by `lkey`; once (`EBUSY` after).
-    pub(super) fn give(&self, buf: RecvBuf, lkey: u32) -> Result {
-        if self.buf.populate((buf, lkey)) {
-            Ok(())
-        } else {
-            Err(EBUSY)
-        }
-    }
-
-    /// Posts a receive of the slot's buffer on `qp`: now if the slot is
-    /// idle, once its [`Received`] ends if it is being read; `EBUSY` if a
-    /// receive of it is posted (or a repost already asked for), `EINVAL`
-    /// if it has no buffer.
-    ///
-    /// # Safety
-    ///
-    /// `qp` must be the QP whose completions reach this slot, and valid
-    /// unless the slot has no buffer or is closed: only a post of the
-    /// buffer names it (`post_buf`, reached past both checks).
-    pub(super) unsafe fn post(&self, qp: *mut bindings::ib_qp) -> Result {
-        // (A slot without a buffer is refused by `post_buf`.)
+    /// A request to post: `Ok(true)` if the slot was idle and is now
+    /// `POSTED` (the caller posts it, through [`Gate::post_now`]),
+    /// `Ok(false)` if it is being read and the post deferred to the end
+    /// of the read, `EBUSY` if a receive is posted (or a repost already
+    /// asked for).
+    fn request(&self) -> Result<bool> {
         loop {
             let s = self.state.load(Ordering::Acquire);
             let next = after_post(s).ok_or(EBUSY)?;
             if self
                 .state
                 .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+                .is_ok()
             {
-                // The state moved under us (a completion, or the end of
-                // its read): again.
-                continue;
+                return Ok(next == POSTED);
             }
-            if next != POSTED {
-                return Ok(());
-            }
-            // SAFETY: `qp` is valid (contract); the slot was moved to
-            // `POSTED` just above, by this call, so no `Received` of it
-            // lives.
-            return unsafe { self.post_now(qp) };
+            // The state moved under us (a completion, or the end of its
+            // read): again.
         }
     }
 
-    /// Hands the buffer to the device and posts its receive; on failure
-    /// the slot is idle again.
-    ///
-    /// # Safety
-    ///
-    /// `qp` as in [`RecvSlot::post`]; the caller moved the slot to
-    /// `POSTED` (so it alone posts it now) and no [`Received`] of it lives.
+    /// Posts by `post` unless the slot is closed (`ENOTCONN`); on failure
+    /// the slot is idle again. The caller moved the slot to `POSTED`.
     #[inline(always)]
-    unsafe fn post_now(&self, qp: *mut bindings::ib_qp) -> Result {
+    fn post_now(&self, post: impl FnOnce() -> Result) -> Result {
         // A `Received` calls this inside its callback's read-side section
         // (see `close`).
         let r = if self.closed.load(Ordering::Acquire) {
             Err(ENOTCONN)
         } else {
-            // SAFETY: As this function's contract.
-            unsafe { self.post_buf(qp) }
+            post()
         };
         if r.is_err() {
             // INVARIANT: nothing was posted.
@@ -241,24 +186,136 @@ impl RecvSlot {
         r
     }
 
-    /// Posts the receive, for [`RecvSlot::post_now`].
+    /// The slot's receive completed: the device is done writing.
+    #[inline(always)]
+    fn completed(&self) {
+        self.state.store(READING, Ordering::Release);
+    }
+
+    /// The read ends in a repost, by `post` (see [`Gate::post_now`]).
+    #[inline(always)]
+    fn repost(&self, post: impl FnOnce() -> Result) -> Result {
+        // INVARIANT: only the slot's `Received` moves it on from `READING`.
+        self.state.store(POSTED, Ordering::Release);
+        self.post_now(post)
+    }
+
+    /// The read ends without a repost of its own: a repost asked for
+    /// meanwhile goes now, by `post` if the receive succeeded (`ok`), and
+    /// its failure is reported to `failed`.
+    fn end_read(&self, ok: bool, post: impl FnOnce() -> Result, failed: impl FnOnce(Error)) {
+        // A post request may move `READING` to `READING_REPOST` meanwhile.
+        let next = loop {
+            let s = self.state.load(Ordering::Acquire);
+            let next = after_read(s, ok);
+            if self
+                .state
+                .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break next;
+            }
+        };
+        if next == POSTED {
+            if let Err(e) = self.post_now(post) {
+                failed(e);
+            }
+        }
+    }
+
+    /// Refuses every post from now on.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Back to idle: no receive is posted, nor ever again (closed).
+    fn reset(&self) {
+        self.state.store(IDLE, Ordering::Release);
+    }
+}
+
+/// One receive slot of a connection: the completion entry its receives
+/// name (first, so that a completion's `wr_cqe` leads back here), its tag,
+/// its buffer and the lkey that names the buffer. A slot is made with its
+/// buffer ([`Connection::give_recv_buf`]), so a completion finds one
+/// without asking.
+///
+/// # Invariants
+///
+/// `buf`'s memory is written by nothing but the device, and by it only
+/// while `gate` is `POSTED`. Once the gate is closed and an RCU grace
+/// period has passed, nothing posts the slot again: posts through
+/// `&Connection` are excluded by `destroy_qp`'s `&mut`, and a [`Received`]
+/// posts inside the read-side section its completion callback holds.
+#[repr(C)]
+pub(super) struct RecvSlot {
+    pub(super) cqe: bindings::ib_cqe,
+    pub(super) id: u32,
+    /// The PD's local DMA lkey, which names `buf`.
+    lkey: u32,
+    gate: Gate,
+    buf: RecvBuf,
+}
+
+impl RecvSlot {
+    /// Slot `id`, completing to `done`, with its buffer `buf`, named by
+    /// `lkey`.
+    pub(super) fn new(id: u32, done: DoneFn, buf: RecvBuf, lkey: u32) -> Self {
+        Self {
+            cqe: bindings::ib_cqe { done: Some(done) },
+            id,
+            lkey,
+            gate: Gate::new(),
+            buf,
+        }
+    }
+
+    /// Refuses every post from now on. A [`Received`] checks the flag and
+    /// posts inside its callback's RCU read-side section, so once a grace
+    /// period has passed after this (`Connection::destroy_qp` waits for
+    /// one before it drains), its posts have gone or will be refused.
+    pub(super) fn close(&self) {
+        self.gate.close();
+    }
+
+    /// Posts a receive of the slot's buffer on `qp`: now if the slot is
+    /// idle, once its [`Received`] ends if it is being read; `EBUSY` if a
+    /// receive of it is posted (or a repost already asked for),
+    /// `ENOTCONN` once it is closed.
     ///
     /// # Safety
     ///
-    /// As for [`RecvSlot::post_now`].
+    /// `qp` must be the QP whose completions reach this slot, and valid
+    /// unless the slot is closed.
+    pub(super) unsafe fn post(&self, qp: *mut bindings::ib_qp) -> Result {
+        if !self.gate.request()? {
+            return Ok(());
+        }
+        // SAFETY: `qp` is valid unless the slot is closed, when `post_now`
+        // does not call this; the slot was moved to `POSTED` just above,
+        // by this call, so no `Received` of it lives.
+        self.gate.post_now(|| unsafe { self.post_buf(qp) })
+    }
+
+    /// Hands the buffer to the device and posts its receive.
+    ///
+    /// # Safety
+    ///
+    /// `qp` as in [`RecvSlot::post`], and valid; the caller moved the
+    /// slot to `POSTED` (so it alone posts it now) and no [`Received`] of
+    /// it lives.
     unsafe fn post_buf(&self, qp: *mut bindings::ib_qp) -> Result {
-        let (buf, lkey) = self.buf.as_ref().ok_or(EINVAL)?;
         if fault::hit(Site::PostRecv) {
             return Err(EIO);
         }
-        let b = &buf.0;
+        let b = &self.buf.0;
         b.give_to_device();
         let mut sge = bindings::ib_sge {
             addr: b.addr,
-            // CAST: receive buffers are made from u32 sizes (`give` is
-            // refused one longer).
+            // CAST: receive buffers are made from u32 sizes (`give_recv_buf`
+            // refuses one longer).
             length: b.len as u32,
-            lkey: *lkey,
+            lkey: self.lkey,
         };
         let mut wr = bindings::ib_recv_wr {
             sg_list: &mut sge,
@@ -278,7 +335,7 @@ impl RecvSlot {
     /// Back to idle once the QP is destroyed: no receive is posted then,
     /// nor ever again (`close`).
     pub(super) fn reset(&self) {
-        self.state.store(IDLE, Ordering::Release);
+        self.gate.reset();
     }
 }
 
@@ -293,9 +350,7 @@ impl RecvSlot {
 /// The slot is `READING` or `READING_REPOST`, moved there by the
 /// completion this value reports; `len` bytes of its buffer were synced for
 /// the CPU. `qp` is the slot's QP, valid while the completion is handled
-/// (`'a`: the QP is destroyed only after its completions are handled),
-/// unless the slot has no buffer: then nothing is posted, and `qp` never
-/// used.
+/// (`'a`: the QP is destroyed only after its completions are handled).
 /// `rcu` is the read-side section the completion callback holds around
 /// the handler, inside which every repost of this value goes. `softirq`,
 /// if set, is the proof of the callback, which ib_core runs in softirq.
@@ -312,10 +367,8 @@ pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
 impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
     /// # Safety
     ///
-    /// `slot`'s receive completed with `wc` on `qp` (valid for `'a`), or
-    /// `slot` has no buffer (nothing was received into it, nothing will be
-    /// posted, and `qp` is not used); and no other [`Received`] of it
-    /// lives.
+    /// `slot`'s receive completed with `wc` on `qp`, valid for `'a`; and no
+    /// other [`Received`] of it lives.
     pub(super) unsafe fn new(
         slot: &'a RecvSlot,
         qp: NonNull<bindings::ib_qp>,
@@ -324,19 +377,18 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         softirq: Option<&'a InSoftirq>,
         wc: Wc,
     ) -> Self {
-        // The device is done writing: its receive completed.
-        slot.state.store(READING, Ordering::Release);
-        let len = match slot.buf.as_ref() {
+        slot.gate.completed();
+        let len = if wc.ok() {
+            let b = &slot.buf.0;
             // The device's count is not trusted: no more than the buffer
             // holds (a longer count is then seen as the overrun it is).
             // CAST: a u32 fits a usize.
-            Some((b, _)) if wc.ok() => {
-                let n = (wc.byte_len as usize).min(b.0.len);
-                b.0.take_from_device(n);
-                n
-            }
+            let n = (wc.byte_len as usize).min(b.len);
+            b.take_from_device(n);
+            n
+        } else {
             // A failed receive left nothing to read.
-            _ => 0,
+            0
         };
         // INVARIANT: moved to `READING` above; `len` bytes synced.
         Self {
@@ -358,7 +410,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
 
     /// The proof that the completion is handled in softirq, as ib_core
     /// handles every completion of a connection's CQ (`None` where a
-    /// receive is reported otherwise: the KUnit tests).
+    /// receive is reported otherwise).
     #[inline(always)]
     pub(crate) fn softirq(&self) -> Option<&'a InSoftirq> {
         self.softirq
@@ -377,9 +429,6 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
     /// The bytes received (none if the receive failed), borrowed from the
     /// buffer until the repost.
     pub(crate) fn bytes(&self) -> &[u8] {
-        let Some((b, _)) = self.slot.buf.as_ref() else {
-            return &[];
-        };
         // SAFETY: `len` bytes of the buffer were written by the device,
         // which is done with it, and synced for the CPU (type invariant).
         // Nothing writes them while this borrow lives: the slot is not
@@ -387,7 +436,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         // borrow excludes, and nothing else writes a receive buffer. (A
         // PD with a global rkey, `Pd::new_with_global_rkey`, lets the peer
         // write all of memory, this buffer as much as any other.)
-        unsafe { core::slice::from_raw_parts(b.0.ptr.as_ptr(), self.len) }
+        unsafe { core::slice::from_raw_parts(self.slot.buf.0.ptr.as_ptr(), self.len) }
     }
 
     /// Reposts the receive, ending the read. A failed receive (flushed,
@@ -400,39 +449,51 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
             return Err(ENOTCONN);
         }
         let this = core::mem::ManuallyDrop::new(self);
-        // INVARIANT: only this value moves the slot on from `READING`.
-        this.slot.state.store(POSTED, Ordering::Release);
-        // SAFETY: `qp` is the slot's, valid unless the slot has no buffer
-        // (type invariant), as `post_now` asks; the slot
-        // was moved to `POSTED` just above, and this value, its
+        let (slot, qp) = (this.slot, this.qp);
+        // SAFETY: `qp` is the slot's, valid while its completion is
+        // handled (type invariant), as `post_buf` asks; the gate moves the
+        // slot to `POSTED` before it calls this, and this value, its
         // `Received`, is gone with the call.
-        unsafe { this.slot.post_now(this.qp.as_ptr()) }
+        slot.gate.repost(|| unsafe { slot.post_buf(qp.as_ptr()) })
     }
 }
 
 impl<H: QpHandler + ?Sized> Drop for Received<'_, H> {
+    // Small, so that the value's drop inlines where it goes out of scope
+    // and the value itself stays in registers (not spilled to memory for
+    // a `&mut` to an out-of-line drop): the end of a read without a
+    // repost is the rare path (the login receive, failed receives).
+    #[inline(always)]
     fn drop(&mut self) {
-        let state = &self.slot.state;
-        // A post request may move `READING` to `READING_REPOST` meanwhile.
-        let next = loop {
-            let s = state.load(Ordering::Acquire);
-            let next = after_read(s, self.wc.ok());
-            if state
-                .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                break next;
-            }
-        };
-        if next != POSTED {
-            return;
-        }
-        // SAFETY: As in `repost`: this value, the slot's `Received`, ends
-        // here, and moved the slot to `POSTED` just above.
-        if let Err(e) = unsafe { self.slot.post_now(self.qp.as_ptr()) } {
-            self.handler.repost_failed(self.slot.id, e);
-        }
+        // SAFETY: This value, the slot's `Received`, ends here: `qp` is the
+        // slot's QP, valid while its completion is handled (type
+        // invariant).
+        unsafe { end_read(self.slot, self.qp, self.handler, self.wc.ok()) };
     }
+}
+
+/// The end of a read without a repost of its own ([`Received`]'s drop).
+///
+/// # Safety
+///
+/// The slot's [`Received`] ends with this call, and `qp` is the slot's
+/// QP, valid while its completion is handled.
+#[cold]
+#[inline(never)]
+unsafe fn end_read<H: QpHandler + ?Sized>(
+    slot: &RecvSlot,
+    qp: NonNull<bindings::ib_qp>,
+    h: &H,
+    ok: bool,
+) {
+    slot.gate.end_read(
+        ok,
+        // SAFETY: As in `Received::repost`: the slot's `Received` ends with
+        // this function (its contract), and the gate moved the slot to
+        // `POSTED` before it calls this.
+        || unsafe { slot.post_buf(qp.as_ptr()) },
+        |e| h.repost_failed(slot.id, e),
+    );
 }
 
 /// Receives the completions of a [`Connection`]'s work requests, in softirq
@@ -458,11 +519,8 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
 
 #[kunit_tests(riser_rdma_rx)]
 mod tests {
-    use super::{
-        super::wr::SendDone,
-        *, //
-    };
-    use core::sync::atomic::AtomicI32;
+    use super::*;
+    use core::cell::Cell;
 
     /// A post request posts an idle slot, defers on one being read, and
     /// is refused on one posted or with a repost already asked for.
@@ -487,86 +545,89 @@ mod tests {
         assert_eq!(after_post(after_read(READING, true)), Some(POSTED));
     }
 
-    /// Records what [`QpHandler::repost_failed`] was told.
-    #[derive(Default)]
-    struct Recorder {
-        /// The errno of the last failed deferred repost, 0 if none.
-        failed: AtomicI32,
-    }
-
-    impl QpHandler for Recorder {
-        fn recv_done(&self, _rx: Received<'_, Self>) {}
-        fn repost_failed(&self, _tag: u32, e: Error) {
-            self.failed.store(e.to_errno(), Ordering::Relaxed);
+    /// A post that records that it was reached and returns `r`.
+    fn post_by(reached: &Cell<bool>, r: Result) -> impl FnOnce() -> Result + '_ {
+        move || {
+            reached.set(true);
+            r
         }
-        fn send_done(&self, _done: SendDone<'_>, _wc: Wc) {}
     }
-
-    /// Never called: the slots below are never posted to a QP.
-    ///
-    /// # Safety
-    ///
-    /// None needed: it reads nothing.
-    unsafe extern "C" fn no_completion(_cq: *mut bindings::ib_cq, _wc: *mut bindings::ib_wc) {}
-
-    const DONE: Wc = Wc {
-        status: bindings::ib_wc_status_IB_WC_SUCCESS,
-        byte_len: 0,
-        invalidated: None,
-    };
 
     /// The receive-repost gate `Connection::destroy_qp` relies on: once a
     /// slot is closed, a handler's repost of a successful receive is
-    /// refused with `ENOTCONN`, and so is a later post request. An open
-    /// slot's repost gets past the gate to the post itself, which fails
-    /// with `EINVAL` because the slot was given no buffer (before any use
-    /// of the QP), so the two errors tell the gate's refusal apart.
+    /// refused with `ENOTCONN` before the post is reached, and so is a
+    /// later post request; an open slot's repost reaches the post. A
+    /// refused or failed post leaves the slot idle.
     #[test]
     fn a_closed_slot_refuses_the_handlers_repost() {
-        let h = Recorder::default();
-        let slot = RecvSlot::new(0, no_completion);
-        let qp = NonNull::<bindings::ib_qp>::dangling();
-        let rcu = rcu::read_lock();
-        // SAFETY: `slot` has no buffer, so `new`'s contract does not ask
-        // for a valid QP: a repost stops at the closed flag or at the
-        // missing buffer (`post_now`, `post_buf`) before `qp` is named.
-        // No other `Received` of it lives.
-        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
-        assert_eq!(rx.repost(), Err(EINVAL));
-        slot.close();
-        // SAFETY: As above.
-        let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
-        assert_eq!(rx.repost(), Err(ENOTCONN));
+        let reached = Cell::new(false);
+        let g = Gate::new();
+        assert_eq!(g.request(), Ok(true));
+        assert_eq!(g.post_now(post_by(&reached, Ok(()))), Ok(()));
+        assert!(reached.replace(false));
+        assert_eq!(g.state.load(Ordering::Relaxed), POSTED);
+        // A post request meets a posted receive.
+        assert_eq!(g.request(), Err(EBUSY));
+        g.completed();
+        assert_eq!(g.repost(post_by(&reached, Ok(()))), Ok(()));
+        assert!(reached.replace(false));
+        assert_eq!(g.state.load(Ordering::Relaxed), POSTED);
+        // A post the provider refuses leaves the slot idle.
+        g.completed();
+        assert_eq!(g.repost(post_by(&reached, Err(EIO))), Err(EIO));
+        assert!(reached.replace(false));
+        assert_eq!(g.state.load(Ordering::Relaxed), IDLE);
+        assert_eq!(g.request(), Ok(true));
+        assert_eq!(g.post_now(post_by(&reached, Ok(()))), Ok(()));
+        assert!(reached.replace(false));
+        // Closed while a receive is posted: its completion's repost is
+        // refused before the post.
+        g.close();
+        g.completed();
+        assert_eq!(g.repost(post_by(&reached, Ok(()))), Err(ENOTCONN));
+        assert!(!reached.get());
+        assert_eq!(g.state.load(Ordering::Relaxed), IDLE);
         // The slot is idle, and a post request is refused too.
-        assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
-        // SAFETY: The slot is closed (and has no buffer): `post` does not
-        // name `qp`.
-        assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Err(ENOTCONN));
-        assert_eq!(h.failed.load(Ordering::Relaxed), 0);
+        assert_eq!(g.request(), Ok(true));
+        assert_eq!(g.post_now(post_by(&reached, Ok(()))), Err(ENOTCONN));
+        assert!(!reached.get());
+        assert_eq!(g.state.load(Ordering::Relaxed), IDLE);
     }
 
     /// A post request made while a receive is read is deferred to the end
     /// of the read; if the slot was closed meanwhile, the deferred repost
-    /// is refused there and the handler told (`repost_failed`).
+    /// is refused there, and a refused or failed one is reported
+    /// (`QpHandler::repost_failed`); a failed receive posts nothing.
     #[test]
     fn a_deferred_repost_meets_the_gate_at_the_end_of_the_read() {
-        for (close, errno) in [(false, EINVAL), (true, ENOTCONN)] {
-            let h = Recorder::default();
-            let slot = RecvSlot::new(0, no_completion);
-            let qp = NonNull::<bindings::ib_qp>::dangling();
-            let rcu = rcu::read_lock();
-            // SAFETY: As in the test above.
-            let rx = unsafe { Received::new(&slot, qp, &h, &rcu, None, DONE) };
-            // SAFETY: The slot has no buffer: `post` does not name `qp`
-            // (here it only defers, `rx` living).
-            assert_eq!(unsafe { slot.post(qp.as_ptr()) }, Ok(()));
-            assert_eq!(slot.state.load(Ordering::Relaxed), READING_REPOST);
+        // (closed, receive ok, the post's result) -> (post reached, the
+        // reported errno, the state after)
+        let cases = [
+            ((false, true, Ok(())), (true, 0, POSTED)),
+            ((false, true, Err(EINVAL)), (true, EINVAL.to_errno(), IDLE)),
+            ((true, true, Ok(())), (false, ENOTCONN.to_errno(), IDLE)),
+            ((false, false, Ok(())), (false, 0, IDLE)),
+            ((true, false, Ok(())), (false, 0, IDLE)),
+        ];
+        for ((close, ok, post), (want_reached, want_errno, want_state)) in cases {
+            let reached = Cell::new(false);
+            let failed = Cell::new(0);
+            let g = Gate::new();
+            assert_eq!(g.request(), Ok(true));
+            assert_eq!(g.post_now(|| Ok(())), Ok(()));
+            g.completed();
+            // Deferred: the slot is being read.
+            assert_eq!(g.request(), Ok(false));
+            assert_eq!(g.state.load(Ordering::Relaxed), READING_REPOST);
+            // Asked once only.
+            assert_eq!(g.request(), Err(EBUSY));
             if close {
-                slot.close();
+                g.close();
             }
-            drop(rx);
-            assert_eq!(h.failed.load(Ordering::Relaxed), errno.to_errno());
-            assert_eq!(slot.state.load(Ordering::Relaxed), IDLE);
+            g.end_read(ok, post_by(&reached, post), |e| failed.set(e.to_errno()));
+            assert_eq!(reached.get(), want_reached);
+            assert_eq!(failed.get(), want_errno);
+            assert_eq!(g.state.load(Ordering::Relaxed), want_state);
         }
     }
 }
