@@ -41,7 +41,13 @@ use core::{
         Ordering, //
     },
 };
-use kernel::{alloc::KVec, dma::DataDirection, error::to_result, prelude::*, sync::rcu};
+use kernel::{
+    alloc::KVec,
+    dma::DataDirection,
+    error::to_result,
+    prelude::*,
+    sync::rcu, //
+};
 
 /// No receive of the slot is posted, or being read.
 const IDLE: u8 = 0;
