@@ -55,16 +55,15 @@ void riser_iscsi_session_unlock(struct iscsi_session *session);
 /*
  * The context rust/iscsi checks before it takes libiscsi's session locks:
  * transport callbacks that libiscsi calls under them mark the CPU (with
- * preemption off) while they run. riser_iscsi_lock_context() is negative
- * where the locks may not be taken (marked, hard interrupt, NMI, interrupts
- * off), 0 where they may and bottom halves are off already, 1 where they
- * may once bottom halves are turned off. riser_iscsi_locked_here() reads
- * the mark alone, for code that runs in a softirq handler.
+ * bottom halves off, the caller's) while they run.
+ * riser_iscsi_lock_context() is negative where the locks may not be taken
+ * (marked, hard interrupt, NMI, interrupts off), 0 where they may and
+ * bottom halves are off already, 1 where they may once bottom halves are
+ * turned off.
  */
 void riser_iscsi_locked_enter(void);
 void riser_iscsi_locked_exit(void);
 int riser_iscsi_lock_context(void);
-bool riser_iscsi_locked_here(void);
 bool riser_bh_lock_allowed(void);
 void riser_local_bh_disable(void);
 void riser_local_bh_enable(void);

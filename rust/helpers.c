@@ -8,6 +8,7 @@
 #include <kunit/test.h>
 #include <kunit/test-bug.h>
 #include <linux/bottom_half.h>
+#include <linux/lockdep.h>
 #include <linux/percpu.h>
 #include <linux/percpu-refcount.h>
 #include <linux/preempt.h>
@@ -156,16 +157,25 @@ void riser_iscsi_session_unlock(struct iscsi_session *session)
 /* How deep this CPU is in transport callbacks run under libiscsi's locks. */
 static DEFINE_PER_CPU(unsigned int, riser_iscsi_locked);
 
+/*
+ * Called with bottom halves off, which keep the caller on this CPU
+ * (preemption is off with them, except on PREEMPT_RT, where they only
+ * keep it from migrating: there preemption is turned off here too, so
+ * that no other thread runs on the marked CPU).
+ */
 __riser_helper void riser_iscsi_locked_enter(void)
 {
-	preempt_disable();
+	lockdep_assert_once(in_softirq());
+	if (IS_ENABLED(CONFIG_PREEMPT_RT))
+		preempt_disable();
 	this_cpu_inc(riser_iscsi_locked);
 }
 
 __riser_helper void riser_iscsi_locked_exit(void)
 {
 	this_cpu_dec(riser_iscsi_locked);
-	preempt_enable();
+	if (IS_ENABLED(CONFIG_PREEMPT_RT))
+		preempt_enable();
 }
 
 __riser_helper bool riser_bh_lock_allowed(void)
@@ -178,11 +188,6 @@ __riser_helper int riser_iscsi_lock_context(void)
 	if (this_cpu_read(riser_iscsi_locked) || !riser_bh_lock_allowed())
 		return -1;
 	return softirq_count() ? 0 : 1;
-}
-
-__riser_helper bool riser_iscsi_locked_here(void)
-{
-	return this_cpu_read(riser_iscsi_locked) != 0;
 }
 
 __riser_helper void riser_local_bh_disable(void)

@@ -22,21 +22,36 @@ use kernel::prelude::*;
 ///
 /// # Invariants
 ///
-/// Made by [`LockedCallback::enter`], which marked the CPU and turned
-/// preemption off; neither `Send` nor `Sync`, so it is dropped (unmarking
-/// the same CPU) on the thread that made it.
+/// Made by [`LockedCallback::enter`], which marked the CPU, with bottom
+/// halves off on it for the value's whole life (its caller's contract):
+/// the thread stays on the CPU (and on `PREEMPT_RT`, where bottom halves
+/// off only keep it from migrating, `enter` turned preemption off), and
+/// no softirq handler starts on the CPU while the mark is set. Neither
+/// `Send` nor `Sync`, so it is dropped (unmarking the same CPU) on the
+/// thread that made it.
 pub(super) struct LockedCallback {
     _not_send: PhantomData<*mut ()>,
 }
 
 impl LockedCallback {
     /// Marks this CPU until the value is dropped.
+    ///
+    /// # Safety
+    ///
+    /// Bottom halves are off on this CPU (a lock libiscsi takes with
+    /// `spin_lock_bh`, or a softirq handler) from this call until the
+    /// value is dropped, and the code that runs while it lives is given no
+    /// [`InSoftirq`](crate::kernel_ext::softirq::InSoftirq) (a transport
+    /// callback that libiscsi calls with its task only).
     #[inline]
-    pub(super) fn enter() -> Self {
-        // SAFETY: No arguments; it turns preemption off and counts this
-        // CPU's mark, both undone by `drop` on this thread.
+    pub(super) unsafe fn enter() -> Self {
+        // SAFETY: No arguments; it counts this CPU's mark (and on
+        // PREEMPT_RT turns preemption off), undone by `drop` on this
+        // thread, which bottom halves off keep on this CPU (function
+        // contract).
         unsafe { bindings::riser_iscsi_locked_enter() };
-        // INVARIANT: the CPU was marked just above.
+        // INVARIANT: the CPU was marked just above, bottom halves are off
+        // for the value's life (function contract).
         Self {
             _not_send: PhantomData,
         }
@@ -46,8 +61,8 @@ impl LockedCallback {
 impl Drop for LockedCallback {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: `enter` marked this CPU and turned preemption off (type
-        // invariant): this undoes both, once.
+        // SAFETY: `enter` marked this CPU (type invariant), and the thread
+        // is still on it: this undoes the mark, once.
         unsafe { bindings::riser_iscsi_locked_exit() };
     }
 }
@@ -55,20 +70,11 @@ impl Drop for LockedCallback {
 /// Whether libiscsi's session locks may be taken here: not inside a
 /// [`LockedCallback`] of this CPU, not in hard interrupt or NMI context,
 /// with interrupts on. A preemptible caller is never inside one: a marked
-/// callback runs with preemption off, so nothing else runs on its CPU but
-/// interrupts.
+/// callback runs with bottom halves off, so nothing else runs on its CPU
+/// but hard interrupts.
 #[inline]
 pub(super) fn may_lock() -> bool {
     lock_context() >= 0
-}
-
-/// Whether this CPU is inside a [`LockedCallback`]: all that [`may_lock`]
-/// checks in a softirq handler, where bottom halves are off and
-/// interrupts on by the handler's nature.
-#[inline(always)]
-pub(super) fn locked_here() -> bool {
-    // SAFETY: No arguments; it reads this CPU's mark.
-    unsafe { bindings::riser_iscsi_locked_here() }
 }
 
 /// As [`may_lock`], saying how: negative where the session locks may not
@@ -151,25 +157,27 @@ mod tests {
     #[test]
     fn a_locked_callback_refuses_the_session_locks() {
         // A test runs in process context, interrupts on, nothing marked.
-        assert!(may_lock() && bh_lock_allowed() && !locked_here());
+        assert!(may_lock() && bh_lock_allowed());
+        let bh = BhOff::if_may_lock();
+        assert!(bh.is_some());
+        // Bottom halves off: the session locks may still be taken.
+        assert!(may_lock());
         {
-            let _outer = LockedCallback::enter();
-            let inner = LockedCallback::enter();
+            // SAFETY: Bottom halves are off (`bh`) until both marks are
+            // dropped, at the end of this block.
+            let _outer = unsafe { LockedCallback::enter() };
+            // SAFETY: As above.
+            let inner = unsafe { LockedCallback::enter() };
             assert!(!may_lock());
-            // What a softirq handler checks sees the mark too.
-            assert!(locked_here());
             assert!(BhOff::if_may_lock().is_none());
             // A put may still take the back_lock (libiscsi's own order).
             assert!(bh_lock_allowed());
             drop(inner);
             // Nested marks count.
-            assert!(!may_lock() && locked_here());
+            assert!(!may_lock());
         }
-        assert!(may_lock() && !locked_here());
-        let bh = BhOff::if_may_lock();
-        assert!(bh.is_some());
-        // Bottom halves off: the session locks may still be taken.
         assert!(may_lock());
         drop(bh);
+        assert!(may_lock());
     }
 }

@@ -937,9 +937,10 @@ impl Conn {
         r
     }
 
-    /// As [`Conn::complete_pdu`], in a softirq handler (`_softirq`): bottom
-    /// halves are off, interrupts on, so only the mark of a callback that
-    /// libiscsi runs under a session lock is checked (`EDEADLK` there).
+    /// As [`Conn::complete_pdu`], in a softirq handler (`_softirq`), with
+    /// nothing checked: bottom halves are off and interrupts on by the
+    /// handler's nature, and no callback that libiscsi runs under a
+    /// session lock is under way on this CPU (see the SAFETY comment).
     #[inline(always)]
     pub(crate) fn complete_pdu_in(
         &self,
@@ -947,13 +948,17 @@ impl Conn {
         hdr: &[u8; BHS_LEN],
         data: &[u8],
     ) -> Result {
-        if context::locked_here() {
-            return Err(EDEADLK);
-        }
-        // SAFETY: As in `complete_pdu`: bottom halves are off and
-        // interrupts on (`_softirq`), and this CPU is not inside a
-        // callback that libiscsi runs under a session lock (checked just
-        // above).
+        // SAFETY: Bottom halves are off and interrupts on, outside a hard
+        // interrupt or NMI (`_softirq`). This CPU is not inside a
+        // `LockedCallback` (the `init_task` or `xmit_task` that libiscsi
+        // runs under `frwd_lock`): one made before this handler started
+        // would have kept bottom halves off for its whole life
+        // (`LockedCallback::enter`'s contract), so no softirq handler
+        // starts inside it; one made since, in this handler's own call
+        // chain (libiscsi transmitting from the receive path), runs code
+        // given no `&InSoftirq` (the same contract), and the handler's is
+        // lent by reference, neither `'static`, `Send` nor `Copy`, so
+        // that code cannot hold one.
         unsafe { self.complete_pdu_unchecked(hdr, data) }
     }
 

@@ -65,7 +65,13 @@ pub(super) unsafe extern "C" fn init_task_callback<T: TransportOps>(
         let t = unsafe { Task::<T>::from_raw(task) }.ok_or(EINVAL)?;
         // libiscsi holds the session's frwd_lock: what would take it again
         // is refused or deferred while this lives.
-        let locked = LockedCallback::enter();
+        // SAFETY: Bottom halves are off until `locked` is dropped, before
+        // this returns: libiscsi calls `init_task` under `frwd_lock`, which
+        // it takes with `spin_lock_bh` or in a softirq handler (a timer's,
+        // the receive path's), the layer's hosts having no transmit
+        // workqueue (`iscsi_host_alloc(.., false)`); the transport's
+        // `init_task` is given its endpoint and task only.
+        let locked = unsafe { LockedCallback::enter() };
         let r = T::init_task(&ep, &t);
         drop(locked);
         r.map(|()| 0)
@@ -95,7 +101,12 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         // driver is done with it.
         let guard = t.call_ref().ok_or(EINVAL)?;
         // As in `init_task_callback`: libiscsi holds the frwd_lock.
-        let locked = LockedCallback::enter();
+        // SAFETY: As in `init_task_callback`: bottom halves are off until
+        // `locked` is dropped (`xmit_task` runs under `frwd_lock`, and
+        // `iscsi_xmit_task`, which drops it around the call, only from a
+        // transmit workqueue these hosts do not have); the transport's
+        // `xmit_task` is given its endpoint, task and slot only.
+        let locked = unsafe { LockedCallback::enter() };
         // SAFETY: Once for this `XmitTask`, here.
         let slot = unsafe { t.slot_token() };
         let r = T::xmit_task(ep, &mut t, slot);
