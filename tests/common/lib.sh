@@ -557,6 +557,14 @@ save_dmesg() {
 			echo "kmemleak refused" >>"$st"
 		fi
 	fi
+	# Where the guest's CPU went (make check's time is the guests' CPU
+	# under TCG): the kernel's split of it (/proc/stat, in clock ticks:
+	# user, nice, system, idle, iowait, irq, softirq) and the processes
+	# that used the most, kernel threads among them.
+	{
+		head -n 1 /proc/stat
+		ps -eo time,comm --sort=-time | head -n 25
+	} >"$RISER_OUT/cpu.txt" 2>&1
 	dmesg >"$RISER_OUT/dmesg.txt"
 }
 
