@@ -483,7 +483,8 @@ impl<'a, T: TransportOps> Task<'a, T> {
     pub(super) fn unmap_data(&mut self) {
         let slot = self.slot();
         let (sg, keep) = self.sg_keep_mut();
-        drop(sg.take());
+        // Dropped where it is (no move of the mapping out first).
+        *sg = None;
         // SAFETY: As in `sg_keep_mut`: `drop_keep` is reached by no one else
         // during the callback.
         let drop_keep = unsafe { &mut *(*slot).drop_keep.get() };
