@@ -949,17 +949,13 @@ impl Conn {
         hdr: &[u8; BHS_LEN],
         data: &[u8],
     ) -> Result {
-        // SAFETY: Bottom halves are off and interrupts on, outside a hard
-        // interrupt or NMI (`_softirq`). This CPU is not inside a
-        // `LockedCallback` (the `init_task` or `xmit_task` that libiscsi
-        // runs under `frwd_lock`): one made before this handler started
-        // would have kept bottom halves off for its whole life
-        // (`LockedCallback::enter`'s contract), so no softirq handler
-        // starts inside it; one made since, in this handler's own call
-        // chain (libiscsi transmitting from the receive path), runs code
-        // given no `&InSoftirq` (the same contract), and the handler's is
-        // lent by reference, neither `'static`, `Send` nor `Copy`, so
-        // that code cannot hold one.
+        // SAFETY: Bottom halves are off, interrupts on, not in a hard
+        // interrupt or NMI (`_softirq`). No `LockedCallback` is live on
+        // this CPU: one made before this handler kept bottom halves off
+        // for its life (`enter`'s contract), so no softirq starts inside
+        // it; one made within this handler's call chain (a NOP-Out sent
+        // from the receive path) runs code given no `&InSoftirq` (same
+        // contract), and this borrowed, non-`'static` token cannot reach it.
         unsafe { self.complete_pdu_unchecked(hdr, data) }
     }
 
