@@ -173,16 +173,22 @@ evil_late_denied() {
 # silent target escalates quickly, a replacement timeout long enough to
 # ride out each failure, login retries for the login modes, and the
 # initiator's pings (NOP-Out) after 5 s idle, given 5 s to be answered.
+# One iscsiadm for all seven (it takes several -n/-v pairs in one update;
+# an exec costs about 0.7 s under TCG), and the record read back.
 node_setup() {
-	local n=(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update)
+	local rec
 	_iscsi_node "$1" "$IP" iser &&
-		"${n[@]}" -n node.session.timeo.replacement_timeout -v 60 &&
-		"${n[@]}" -n node.session.err_timeo.abort_timeout -v 5 &&
-		"${n[@]}" -n node.session.err_timeo.lu_reset_timeout -v 5 &&
-		"${n[@]}" -n node.session.err_timeo.tgt_reset_timeout -v 5 &&
-		"${n[@]}" -n node.session.initial_login_retry_max -v 8 &&
-		"${n[@]}" -n 'node.conn[0].timeo.noop_out_interval' -v 5 &&
-		"${n[@]}" -n 'node.conn[0].timeo.noop_out_timeout' -v 5
+		iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o update \
+			-n node.session.timeo.replacement_timeout -v 60 \
+			-n node.session.err_timeo.abort_timeout -v 5 \
+			-n node.session.err_timeo.lu_reset_timeout -v 5 \
+			-n node.session.err_timeo.tgt_reset_timeout -v 5 \
+			-n node.session.initial_login_retry_max -v 8 \
+			-n 'node.conn[0].timeo.noop_out_interval' -v 5 \
+			-n 'node.conn[0].timeo.noop_out_timeout' -v 5 &&
+		rec=$(iscsiadm -m node -T "$1" -p "$IP:$LIO_PORT" -I iser -o show) || return 1
+	grep -cxE "node\.session\.timeo\.replacement_timeout = 60|node\.session\.err_timeo\.(abort|lu_reset|tgt_reset)_timeout = 5|node\.session\.initial_login_retry_max = 8|node\.conn\[0\]\.timeo\.noop_out_(interval|timeout) = 5" <<<"$rec" |
+		grep -qx 7 || { echo "the node record does not hold the seven values"; return 1; }
 }
 
 # session_up IQN: the session's connection is logged in (again).
