@@ -61,7 +61,9 @@ dmesg_live
 setup_rxe1() {
 	ip link add "$NDEV2" type dummy 2>/dev/null || :
 	ip addr add "$IP2/24" dev "$NDEV2" 2>/dev/null || :
-	ip link set "$NDEV2" up && rdma link add rxe1 type rxe netdev "$NDEV2"
+	# Jumbo frames, as setup_rxe gives rxe0: both paths at one MTU.
+	ip link set "$NDEV2" mtu "${RXE_MTU:-9000}" && ip link set "$NDEV2" up &&
+		rdma link add rxe1 type rxe netdev "$NDEV2"
 }
 
 TPG2=$LIO/iscsi/$IQN/tpgt_2
