@@ -77,7 +77,7 @@ SHELL := /bin/bash
 # tests/manifest lists each with the checks it plans: a guest added here or
 # dropped goes there too, or make check fails.
 # tests/run-guest runs one-vCPU guests three at a time, in the order given
-# here: hostile-session.sh, the longest (about 1250 s in make check), fills
+# here: hostile-session.sh, the longest (about 950 s in make check), fills
 # one lane and the others pack the other two so that the three end together
 # (of every order of the nine, the one that ends first on average over the
 # guest times of three make check runs: 1583 s against 1666 for the order
