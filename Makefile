@@ -80,8 +80,7 @@ SHELL := /bin/bash
 # here: hostile-session.sh, the longest (about 950 s in make check), fills
 # one lane and the others pack the other two so that the three end together
 # (of every order of the nine, the one that ends first on average over the
-# guest times of three make check runs: 1583 s against 1666 for the order
-# before), then hostile.sh (the hostile target's modes that race a command's end
+# guest times of recent make check runs), then hostile.sh (the hostile target's modes that race a command's end
 # against its sends or its task slot's reuse, early status, the held
 # release, answers to commands not yet sent) and session.sh each alone on two vCPUs, so that riser's
 # submission and completion paths run in parallel under KASAN and lockdep

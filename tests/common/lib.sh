@@ -573,21 +573,21 @@ load_deps() {
 	modprobe -a ib_core rdma_cm ib_uverbs scsi_transport_iscsi libiscsi
 }
 
-# A soft-RoCE device on dummy0 (CONFIG_DUMMY=y makes dummy0 at boot), on
-# jumbo frames: dummy0's MTU RXE_MTU (default 9000), so rxe's active MTU is
+# setup_rxe [IP] [NETDEV] [DEV]: a soft-RoCE device DEV (rxe0) on the dummy
+# netdev NETDEV (dummy0; CONFIG_DUMMY=y makes dummy0 at boot), on jumbo
+# frames: the netdev's MTU RXE_MTU (default 9000), so rxe's active MTU is
 # 4096, as RoCE networks are run, and a 4 KiB command's data moves in one
-# packet instead of four. rxe's packet work is most of a guest's CPU under
-# TCG (its do_work took 129 s of 310 s traced in inject.sh); check.sh's
-# guest used 148 s of host CPU instead of 171. The bench sets RXE_MTU=1500
-# (tools/bench/guest/bench.sh), the MTU its tables were measured at.
+# packet instead of four (rxe's packet work is the largest share of a
+# guest's CPU under TCG). The bench sets RXE_MTU=1500, the MTU its tables
+# were measured at.
 setup_rxe() {
-	local ip=${1:-192.168.77.1}
-	ip link add dummy0 type dummy 2>/dev/null || true
-	ip addr add "$ip/24" dev dummy0 2>/dev/null || true
-	ip link set dummy0 mtu "${RXE_MTU:-9000}" || return 1
-	ip link set dummy0 up
+	local ip=${1:-192.168.77.1} ndev=${2:-dummy0} dev=${3:-rxe0}
+	ip link add "$ndev" type dummy 2>/dev/null || true
+	ip addr add "$ip/24" dev "$ndev" 2>/dev/null || true
+	ip link set "$ndev" mtu "${RXE_MTU:-9000}" || return 1
+	ip link set "$ndev" up
 	modprobe rdma_rxe
-	rdma link add rxe0 type rxe netdev dummy0
+	rdma link add "$dev" type rxe netdev "$ndev"
 }
 
 # Copy the KUnit results of riser's suites out of debugfs (they are removed

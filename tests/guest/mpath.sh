@@ -58,14 +58,6 @@ dmesg_live
 
 # --- the second path's RDMA device and portal group ----------------------
 
-setup_rxe1() {
-	ip link add "$NDEV2" type dummy 2>/dev/null || :
-	ip addr add "$IP2/24" dev "$NDEV2" 2>/dev/null || :
-	# Jumbo frames, as setup_rxe gives rxe0: both paths at one MTU.
-	ip link set "$NDEV2" mtu "${RXE_MTU:-9000}" && ip link set "$NDEV2" up &&
-		rdma link add rxe1 type rxe netdev "$NDEV2"
-}
-
 TPG2=$LIO/iscsi/$IQN/tpgt_2
 # tpgt_2: the same backstore as LUN 0, its own portal with iSER on.
 second_tpg() {
@@ -278,7 +270,7 @@ unload() {
 
 : >"$RISER_OUT/mpath.txt"
 plan $((9 + 12 * ROUNDS * ${#INITS[@]}))
-check "soft-RoCE devices rxe0 and rxe1 (two netdevs)" eval 'setup_rxe "$IP1" && setup_rxe1'
+check "soft-RoCE devices rxe0 and rxe1 (two netdevs)" eval 'setup_rxe "$IP1" && setup_rxe "$IP2" "$NDEV2" rxe1'
 check "riser's dependencies load" load_deps
 check "LIO target, one LUN behind two portal groups" \
 	eval 'LIO_UNIT_SERIAL=$UNIT_SERIAL lio_rd_target "$IQN" "$IP1" 64 && second_tpg'
