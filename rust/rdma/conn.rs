@@ -739,6 +739,16 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
     }
 
+    /// A send's completion: no rkey is invalidated by a send (only a
+    /// receive reports one, `IB_WC_WITH_INVALIDATE`), so none is read.
+    fn send_wc(wc: &bindings::ib_wc) -> Wc {
+        Wc {
+            status: wc.status,
+            byte_len: wc.byte_len,
+            invalidated: None,
+        }
+    }
+
     /// # Safety
     ///
     /// Called by the provider with an asynchronous event of this
@@ -799,7 +809,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let (tag, qp, w) = unsafe {
             let wc = &*wc;
             let tag = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<Tag>();
-            (tag, wc.qp, Self::wc(wc))
+            (tag, wc.qp, Self::send_wc(wc))
         };
         // The tag is released by the handler (or when `SendDone` drops),
         // after it took what it kept for this request: released before, a
