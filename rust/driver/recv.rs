@@ -86,7 +86,7 @@ fn deliver(
     softirq: Option<&InSoftirq>,
     res: &Res,
     bytes: &[u8],
-    wc: Wc,
+    wc: &Wc,
 ) -> FailResult {
     let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
         Ok(p) => p,
@@ -94,15 +94,12 @@ fn deliver(
     };
     // The BHS where it is, in the receive buffer (which is not posted
     // again until this ends): read, traced and handed to libiscsi in place.
-    let bhs: &[u8; BHS_LEN] = bytes
-        .get(pdu.bhs.clone())
-        .and_then(|b| b.try_into().ok())
-        .ok_or(Failure::MalformedPdu)?;
+    let bhs = bhs_of(bytes, &pdu)?;
     trace::pdu_received(trace::id(ep), bhs, wc.invalidated.unwrap_or(0));
-    let data = &bytes[pdu.data.clone()];
     if pdu.opcode != TargetOpcode::ScsiResponse {
-        return deliver_other(ep, rcu, res, pdu, &Bhs(*bhs), data, wc);
+        return deliver_other(ep, rcu, res, bytes, wc);
     }
+    let data = &bytes[pdu.data.clone()];
     // A SCSI Response: one per command, the receive path's common case.
     // Whether it may invalidate what it names, and whether it is the
     // command's own, are decided by the slot's completion word. A
@@ -126,6 +123,15 @@ fn deliver(
     // connection's failure, which waits for the lock its sender holds).
     fault::response_handled(pdu.itt);
     r
+}
+
+/// The BHS of `pdu`, parsed from `bytes`.
+#[inline(always)]
+fn bhs_of<'b>(bytes: &'b [u8], pdu: &RxPdu) -> FailResult<&'b [u8; BHS_LEN]> {
+    bytes
+        .get(pdu.bhs.clone())
+        .and_then(|b| b.try_into().ok())
+        .ok_or(Failure::MalformedPdu)
 }
 
 /// Hands the PDU to libiscsi (in the receive's softirq, `softirq`, as
@@ -155,17 +161,16 @@ fn malformed(byte_len: u32, e: ProtoError) -> Failure {
 
 /// Every PDU but a SCSI Response: NOP-In, and the rare ones (login,
 /// text, logout, TMF, asynchronous messages), kept out of the common
-/// path.
+/// path. `bytes` were parsed already, by [`deliver`]: parsed again here,
+/// so that the common path hands over nothing it had to build.
 #[inline(never)]
-fn deliver_other(
-    ep: &IserConn,
-    rcu: &rcu::Guard,
-    res: &Res,
-    pdu: RxPdu,
-    bhs: &Bhs,
-    data: &[u8],
-    wc: Wc,
-) -> FailResult {
+fn deliver_other(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: &Wc) -> FailResult {
+    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
+        Ok(p) => p,
+        Err(e) => return Err(malformed(wc.byte_len, e)),
+    };
+    let bhs = &Bhs(*bhs_of(bytes, &pdu)?);
+    let data = &bytes[pdu.data.clone()];
     if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
         pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
         return Err(Failure::DataInOrR2t);
@@ -406,7 +411,7 @@ impl QpHandler for IserConn {
         };
         let wc = rx.wc();
         if !wc.ok() {
-            wc_failed(self, true, rx.tag(), wc);
+            wc_failed(self, true, rx.tag(), *wc);
             return;
         }
         received(self, rcu, res, rx);

@@ -555,12 +555,12 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             .recv_tags
             .get(usize::from_safe_cast(tag))
             .ok_or(EINVAL)?;
-        // Its receives name it with the PD's lkey, on this device, and
-        // its length as a u32.
-        if buf.device_ptr() != self.pd.device_ptr() || u32::try_from(buf.len()).is_err() {
+        // Its receives name it with the PD's lkey, on this device (and
+        // its length as a u32: `RecvSlot::new` refuses a longer one).
+        if buf.device_ptr() != self.pd.device_ptr() {
             return Err(EINVAL);
         }
-        let slot = RecvSlot::new(tag, Self::recv_done_cb, buf, self.pd.local_dma_lkey());
+        let slot = RecvSlot::new(tag, Self::recv_done_cb, buf, self.pd.local_dma_lkey())?;
         // Two callers at once: one slot is kept, the other's dropped
         // unused (nothing was posted to it).
         if t.populate(slot) {

@@ -114,11 +114,6 @@ impl RecvBuf {
         Ok(out)
     }
 
-    /// The buffer's length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.0.len
-    }
-
     /// The device the buffer is mapped on.
     pub(super) fn device_ptr(&self) -> *mut bindings::ib_device {
         self.0.dev.raw()
@@ -242,9 +237,9 @@ impl Gate {
 
 /// One receive slot of a connection: the completion entry its receives
 /// name (first, so that a completion's `wr_cqe` leads back here), its tag,
-/// its buffer and the lkey that names the buffer. A slot is made with its
-/// buffer ([`Connection::give_recv_buf`]), so a completion finds one
-/// without asking.
+/// its buffer and the scatter entry that names the buffer. A slot is made
+/// with its buffer ([`Connection::give_recv_buf`]), so a completion finds
+/// one without asking.
 ///
 /// # Invariants
 ///
@@ -253,27 +248,36 @@ impl Gate {
 /// period has passed, nothing posts the slot again: posts through
 /// `&Connection` are excluded by `destroy_qp`'s `&mut`, and a [`Received`]
 /// posts inside the read-side section its completion callback holds.
+/// `sge` names all of `buf` (its DMA address and length, with the PD's
+/// local DMA lkey) and is never written after `new`.
 #[repr(C)]
 pub(super) struct RecvSlot {
     pub(super) cqe: bindings::ib_cqe,
     pub(super) id: u32,
-    /// The PD's local DMA lkey, which names `buf`.
-    lkey: u32,
+    /// The scatter entry of every receive of the slot, made once: a
+    /// repost names it where it is.
+    sge: bindings::ib_sge,
     gate: Gate,
     buf: RecvBuf,
 }
 
 impl RecvSlot {
     /// Slot `id`, completing to `done`, with its buffer `buf`, named by
-    /// `lkey`.
-    pub(super) fn new(id: u32, done: DoneFn, buf: RecvBuf, lkey: u32) -> Self {
-        Self {
+    /// `lkey`. `EINVAL` for a buffer longer than a scatter entry takes.
+    pub(super) fn new(id: u32, done: DoneFn, buf: RecvBuf, lkey: u32) -> Result<Self> {
+        let sge = bindings::ib_sge {
+            addr: buf.0.addr,
+            length: u32::try_from(buf.0.len).map_err(|_| EINVAL)?,
+            lkey,
+        };
+        // INVARIANT: `sge` names all of `buf`, with `lkey`.
+        Ok(Self {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
-            lkey,
+            sge,
             gate: Gate::new(),
             buf,
-        }
+        })
     }
 
     /// Refuses every post from now on. A [`Received`] checks the flag and
@@ -314,27 +318,22 @@ impl RecvSlot {
         if fault::hit(Site::PostRecv) {
             return Err(EIO);
         }
-        let b = &self.buf.0;
-        b.give_to_device();
-        let mut sge = bindings::ib_sge {
-            addr: b.addr,
-            // CAST: receive buffers are made from u32 sizes (`give_recv_buf`
-            // refuses one longer).
-            length: b.len as u32,
-            lkey: self.lkey,
-        };
+        self.buf.0.give_to_device();
+        // The provider only reads the scatter list (`sg_list` is a mutable
+        // pointer in the C declaration, which takes the list as `const`
+        // with the request): the slot's entry, never written.
         let mut wr = bindings::ib_recv_wr {
-            sg_list: &mut sge,
+            sg_list: (&raw const self.sge).cast_mut(),
             num_sge: 1,
             ..Default::default()
         };
         // SAFETY: Writing the `wr_cqe` member of the union.
         unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const self.cqe).cast_mut() };
         let mut bad = core::ptr::null();
-        // SAFETY: `qp` is valid (this function's contract); `wr` and `sge`
-        // outlive the call; the slot and its buffer live as long as the
-        // connection, whose QP is destroyed (its receives completed)
-        // before either goes.
+        // SAFETY: `qp` is valid (this function's contract); `wr` and the
+        // slot's `sge` outlive the call, and the provider only reads them;
+        // the slot and its buffer live as long as the connection, whose QP
+        // is destroyed (its receives completed) before either goes.
         to_result(unsafe { ib_post_recv(qp, &wr, &mut bad) })
     }
 
@@ -428,8 +427,8 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
     }
 
     /// The completion.
-    pub(crate) fn wc(&self) -> Wc {
-        self.wc
+    pub(crate) fn wc(&self) -> &Wc {
+        &self.wc
     }
 
     /// The bytes received (none if the receive failed), borrowed from the
