@@ -727,7 +727,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
     }
 
-    fn wc(wc: &bindings::ib_wc) -> Wc {
+    /// A receive's completion, with the rkey the peer invalidated by it
+    /// (Send with Invalidate), if any.
+    fn recv_wc(wc: &bindings::ib_wc) -> Wc {
         // CAST: the flag fits an int.
         let inv = wc.wc_flags & (bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as c_int) != 0;
         Wc {
@@ -773,7 +775,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         let (slot, qp, w) = unsafe {
             let wc = &*wc;
             let slot = &*(*wc.__bindgen_anon_1.wr_cqe.as_ref()).cast::<RecvSlot>();
-            (slot, wc.qp, Self::wc(wc))
+            (slot, wc.qp, Self::recv_wc(wc))
         };
         // Checked before anything is read through it.
         let Some(qp) = NonNull::new(qp) else {
