@@ -107,9 +107,8 @@ pub(crate) fn hold_posting(itt: u32) {
 pub(crate) fn hold_posting(_itt: u32) {}
 
 /// In a test build, the receive path has handled a SCSI Response with ITT
-/// `itt` (its slot's word took it, or refused it and the connection
-/// fails; libiscsi gets it only once the command's sending ended): a
-/// command held by [`hold_command`] with that ITT goes on.
+/// `itt` (handed it on, or failed the connection on it): a command held by
+/// [`hold_command`] with that ITT goes on.
 #[cfg(riser_fault_injection)]
 pub(crate) fn response_handled(itt: u32) {
     // SAFETY: A plain C function with an integer argument.

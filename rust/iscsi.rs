@@ -516,55 +516,6 @@ mod tests {
     }
 
     #[test]
-    fn a_task_being_sent_holds_back_the_pdus_that_may_end_it() -> Result {
-        use core::sync::atomic::Ordering::Relaxed;
-        use transport::conn::{
-            wait_unmarked,
-            waits_for,
-            Binding,
-            XmitMark,
-            NOT_SENDING, //
-        };
-        // A SCSI Response for task 5 (session age 3), and a Reject (whose
-        // ITT is reserved: it names the rejected PDU in its data).
-        let mut rsp = [0u8; BHS_LEN];
-        rsp[0] = 0x21;
-        rsp[16..20].copy_from_slice(&(5u32 | (3 << bindings::ISCSI_AGE_SHIFT)).to_ne_bytes());
-        let mut rej = [0u8; BHS_LEN];
-        rej[0] = 0x3f;
-        rej[16..20].copy_from_slice(&[0xff; 4]);
-        assert!(!waits_for(NOT_SENDING, &rsp));
-        assert!(waits_for(5, &rsp));
-        assert!(!waits_for(6, &rsp));
-        assert!(waits_for(6, &rej));
-        assert!(!waits_for(NOT_SENDING, &rej));
-        // The mark names the task while it lives, and no task once dropped.
-        let b = KBox::new(Binding::new(), GFP_KERNEL)?;
-        // SAFETY: All-zero bytes are a valid value of these plain C structs
-        // (integers, pointers, nested structs of them).
-        let (mut conn, mut task) = unsafe {
-            (
-                KBox::new(core::mem::zeroed::<bindings::iscsi_conn>(), GFP_KERNEL)?,
-                KBox::new(core::mem::zeroed::<bindings::iscsi_task>(), GFP_KERNEL)?,
-            )
-        };
-        conn.dd_data = (&raw const *b).cast_mut().cast();
-        task.conn = &raw mut *conn;
-        assert_eq!(b.xmit.load(Relaxed), NOT_SENDING);
-        // SAFETY: `task` is on `conn`, whose `dd_data` is a `Binding` that
-        // outlives both, as `create_conn_callback` makes it.
-        let mark = unsafe { XmitMark::set(&raw mut *task, 5) };
-        assert_eq!(b.xmit.load(Relaxed), 5);
-        assert!(waits_for(b.xmit.load(Relaxed), &rsp));
-        drop(mark);
-        assert_eq!(b.xmit.load(Relaxed), NOT_SENDING);
-        // Returns at once: nothing is being sent.
-        // SAFETY: As above.
-        unsafe { wait_unmarked(&raw mut *conn, &rsp) };
-        Ok(())
-    }
-
-    #[test]
     fn a_transport_name_registers_once() -> Result {
         let first = register::<TestTransport>()?;
         assert_eq!(first.host_template().proc_name(), c"riser_kunit");

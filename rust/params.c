@@ -199,11 +199,10 @@ void riser_fault_delay_release(void)
  * publication of its task slot's completion word; to fault_hold_posting,
  * between that publication and the post of its work requests (its
  * registration and SEND). It waits until a SCSI Response with its ITT has
- * been handled by the receive path (on the other CPU: its slot's word took
- * or refused it), or 5 s: a target's answer to the command, sent before the
- * command can have arrived (its ITT predicted), then meets the command in
- * that window whatever the timing (tests/guest/hostile.sh, early-rsp,
- * stale-key and posting-rsp). xmit_task runs under
+ * been handled by the receive path (on the other CPU), or 5 s: a target's
+ * answer to the command, sent before the command can have arrived (its ITT
+ * predicted), then meets the command in that window whatever the timing
+ * (tests/guest/hostile.sh, early-rsp and stale-key). xmit_task runs under
  * the session's frwd_lock with bottom halves off: the wait is a busy one.
  */
 static int fault_hold_command, fault_hold_posting;

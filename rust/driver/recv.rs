@@ -112,18 +112,17 @@ fn deliver(
                 let raw_itt = u32::from_ne_bytes(pdu.itt.to_be_bytes());
                 ep.bound.with_in(rcu, |c| c.task_ref(raw_itt)).flatten()
             });
-    // Test build: a command held in its sending goes on, now that its
-    // slot's word took the response or refused it (before libiscsi gets
-    // the response, which waits for the sending to end, and before the
-    // connection's failure, which waits for the lock its sender holds).
-    fault::response_handled(pdu.itt);
-    done_ref.and_then(|done_ref| {
+    let r = done_ref.and_then(|done_ref| {
         let r = hand_on(ep, rcu, softirq, bhs, data);
         // libiscsi has completed the command (or refused the response):
         // the task is freed once this last reference goes.
         drop(done_ref);
         r
-    })
+    });
+    // Test build: a command held before its slot word goes on (before the
+    // connection's failure, which waits for the lock its sender holds).
+    fault::response_handled(pdu.itt);
+    r
 }
 
 /// The BHS of `pdu`, parsed from `bytes`.

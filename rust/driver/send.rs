@@ -316,9 +316,8 @@ fn command_planned<'a>(
     }
     // The registration and SEND are on the send queue: what a response
     // in the window left waiting (its LOCAL_INV, or its completion) goes
-    // now. The reference it took is not the last: libiscsi's own holds
-    // the task while it is being sent (no response reaches libiscsi
-    // before the layer's `xmit_task` callback ends).
+    // now. The reference it took is not the last: the layer's guard
+    // holds the task for this call.
     let done = res.cmds.posted(&res.conn, published);
     if let Some(t) = done.task {
         drop(t);
@@ -470,16 +469,14 @@ fn not_posted(res: &Res, idx: u32, e: Error, key_posted: bool) -> Result<Option<
     // reference), and is reported sent: the connection fails (the
     // caller says why), recovery gives the command back, and the
     // teardown ends the word after the drain. A response that came
-    // before (a target that answered a command it never got) was taken
-    // by the word and goes to libiscsi once this callback ends: the
-    // command is reported sent too, and ends with it.
+    // before (a target that answered a command it never got) was handed
+    // to libiscsi: the command is reported sent too, and ends with it.
     let answered = Cell::new(false);
     let done = res.cmds.slot_event(&res.conn, idx, |w| {
         answered.set(!w.response_due());
         slot::not_posted(w, key_posted)
     });
-    // libiscsi's own reference holds the task while it is being sent:
-    // not the last.
+    // The layer's guard holds the task for this call: not the last.
     drop(done.task);
     if let Some(f) = done.failure {
         return Ok(Some(f));

@@ -314,10 +314,8 @@ pub(crate) struct Task<'a, T: TransportOps> {
 ///
 /// # Invariants
 ///
-/// `task` satisfies [`Task`]'s invariant (for `'a`, the task is marked as
-/// being sent on its connection: libiscsi's own reference, which keeps it,
-/// is dropped meanwhile by no one, see `XmitMark`), and libiscsi is
-/// transmitting the task for `'a`, under the session's `frwd_lock` (the layer's hosts
+/// `task` satisfies [`Task`]'s invariant, and libiscsi is transmitting
+/// the task for `'a`, under the session's `frwd_lock` (the layer's hosts
 /// have no transmit workqueue, `iscsi_host_alloc(.., false)` in
 /// `kernel_ext/scsi.rs`, so libiscsi calls `xmit_task` from
 /// `iscsi_queuecommand` and `iscsi_send_mgmt_task` with the lock held;
@@ -521,11 +519,29 @@ impl<'a, T: TransportOps> Task<'a, T> {
 }
 
 impl<'a, T: TransportOps> XmitTask<'a, T> {
+    /// A reference on the task for the rest of the layer's `xmit_task`
+    /// callback, which `'a` spans (see [`CallRef`]). `None` if the task is
+    /// already being freed.
+    pub(super) fn call_ref(&self) -> Option<CallRef<'a>> {
+        // SAFETY: The task is live (type invariant).
+        if !unsafe { bindings::iscsi_get_task(self.raw()) } {
+            return None;
+        }
+        // SAFETY: The slot is initialised (type invariant).
+        let refs = unsafe { &(*self.slot()).head.refs };
+        // INVARIANT: one reference taken just above; `'a` is the
+        // callback's.
+        Some(CallRef {
+            task: self.task.ptr,
+            slot: NonNull::from(refs),
+            _call: PhantomData,
+        })
+    }
+
     /// # Safety
     ///
     /// `ptr` must satisfy the type invariant for `'a`: called from
-    /// `xmit_task_callback` only, which marks the task as being sent for
-    /// `'a`.
+    /// `xmit_task_callback` only, once the layer's reference is taken.
     pub(super) unsafe fn from_raw(ptr: *mut bindings::iscsi_task) -> Option<Self> {
         // SAFETY: `Task`'s invariant is part of this type's (function
         // contract).
@@ -541,10 +557,9 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
     ///
     /// # Safety
     ///
-    /// Called once per `XmitTask`, by the layer's `xmit_task` callback;
-    /// `index` is the task's [`Task::index`] (read once by the caller).
+    /// Called once per `XmitTask`, by the layer's `xmit_task` callback.
     #[inline(always)]
-    pub(super) unsafe fn slot_token(&self, index: u32) -> SlotToken<'a> {
+    pub(super) unsafe fn slot_token(&self) -> SlotToken<'a> {
         // SAFETY: The task is live, on a bound connection of a live
         // session (type invariant).
         let session = unsafe { (*(*self.task.raw()).conn).session };
@@ -554,8 +569,7 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // and an `XmitTask` lives only for its transmission (`'a`): two of
         // one task never overlap, and the lock, held across each, orders
         // the end of one (and of its token) before the start of the next.
-        // `index` is the task's (function contract).
-        unsafe { SlotToken::new(SlotDomain::of(session), index) }
+        unsafe { SlotToken::new(SlotDomain::of(session), self.task.index()) }
     }
 
     /// A management PDU's data segment.
@@ -755,6 +769,44 @@ impl Drop for TaskRef {
     }
 }
 
+/// One reference on a libiscsi task held by the layer for the length of
+/// one of its callbacks (`'a`), as [`TaskRef`] but not counted in the
+/// slot: the count is what the layer's teardown waits for, and a callback
+/// runs on a live connection of a live session, which libiscsi keeps for
+/// it. Its drop is usually not the task's last reference; when it is,
+/// it becomes a counted [`TaskRef`] and goes as one does.
+///
+/// # Invariants
+///
+/// Owns one reference of the task's refcount; `slot` is the [`SlotRefs`]
+/// of the task's [`TaskSlot`]; the connection and session of the task live
+/// for `'a`.
+pub(super) struct CallRef<'a> {
+    task: NonNull<bindings::iscsi_task>,
+    slot: NonNull<SlotRefs>,
+    _call: PhantomData<&'a ()>,
+}
+
+impl Drop for CallRef<'_> {
+    fn drop(&mut self) {
+        // SAFETY: This value owns one reference (type invariant): a put
+        // that is not the last takes no lock.
+        if unsafe { bindings::riser_iscsi_put_task_not_last(self.task.as_ptr()) } {
+            return;
+        }
+        // SAFETY: The slot lives as long as the session, which lives for
+        // `'a` (type invariant).
+        let refs = unsafe { self.slot.as_ref() };
+        // Counted before the `TaskRef` owns it, as `get_ref` counts.
+        refs.count.fetch_add(1, Ordering::AcqRel);
+        // INVARIANT: the reference this value owned, counted just above.
+        drop(TaskRef {
+            task: self.task,
+            slot: self.slot,
+        });
+    }
+}
+
 /// A place for at most one [`TaskRef`], which any CPU may fill or empty
 /// without a lock: the reference a command holds while something of it
 /// (a SEND, a key given to the target) is still pending, put in by the
@@ -916,11 +968,6 @@ impl Conn {
     /// lock.
     #[inline(always)]
     unsafe fn complete_pdu_unchecked(&self, hdr: &[u8; BHS_LEN], data: &[u8]) -> Result {
-        // A task this PDU may end is not freed under its sender: the
-        // sender runs on another CPU (function contract) and is waited for.
-        // SAFETY: The connection is live (type invariant), one of the
-        // layer's.
-        unsafe { super::transport::conn::wait_unmarked(self.ptr.as_ptr(), hdr) };
         let mut copy = core::mem::MaybeUninit::<bindings::iscsi_hdr>::uninit();
         let h = if hdr.as_ptr().cast::<bindings::iscsi_hdr>().is_aligned() {
             hdr.as_ptr().cast::<bindings::iscsi_hdr>().cast_mut()

@@ -7,8 +7,7 @@ use super::{
     super::{
         task::{
             release_keeps,
-            BHS_LEN,
-            ITT_INDEX_MASK, //
+            BHS_LEN, //
         },
         Conn,
         ConnSlot,
@@ -25,7 +24,6 @@ use core::{
     },
     sync::atomic::{
         AtomicPtr,
-        AtomicU32,
         Ordering, //
     },
 };
@@ -41,9 +39,8 @@ use kernel::{
     types::ForeignOwnable, //
 };
 
-/// What a connection's `dd_data` holds: the endpoint bound to it, the
-/// slot through which the endpoint reaches it, and which task the
-/// connection is transmitting.
+/// What a connection's `dd_data` holds: the endpoint bound to it, and the
+/// slot through which the endpoint reaches it.
 ///
 /// # Invariants
 ///
@@ -54,146 +51,19 @@ use kernel::{
 /// before unbind (a netlink request may race with the connection's
 /// cleanup work) clones the endpoint inside an RCU read section, and
 /// unbind waits for a grace period before it drops the endpoint.
-///
-/// `xmit` is the index in its session of the task whose `xmit_task`
-/// callback is under way on the connection ([`XmitMark`]), or
-/// [`NOT_SENDING`]: written only by that callback (under the session's
-/// `frwd_lock`, so by one CPU at a time), each store a release.
-pub(in crate::iscsi) struct Binding {
+pub(super) struct Binding {
     ep: AtomicPtr<c_void>,
     slot: AtomicPtr<ConnSlot>,
-    pub(in crate::iscsi) xmit: AtomicU32,
 }
-
-/// No task's `xmit_task` is under way ([`Binding`]'s `xmit`): above every
-/// task index, which the ITT mask bounds.
-pub(in crate::iscsi) const NOT_SENDING: u32 = u32::MAX;
-const _: () = assert!(ITT_INDEX_MASK < NOT_SENDING);
 
 impl Binding {
     /// No endpoint bound.
-    pub(in crate::iscsi) const fn new() -> Self {
+    pub(super) const fn new() -> Self {
         Self {
             ep: AtomicPtr::new(null_mut()),
             slot: AtomicPtr::new(null_mut()),
-            xmit: AtomicU32::new(NOT_SENDING),
         }
     }
-}
-
-/// The mark of a task's transmission on its connection, from before the
-/// transport's `xmit_task` posts anything until after it last touches the
-/// task: a received PDU that could end the task waits for it to go
-/// ([`wait_unmarked`]). libiscsi's own reference on a task being sent is
-/// what keeps it, and only a received PDU can drop it meanwhile (the
-/// connection's failure, an abort, a stop and the error handler all take
-/// the session's `frwd_lock` first, which the sender holds): so the task
-/// lives while it is marked, with no reference of the layer's own, and the
-/// mark costs two plain stores (no atomic read-modify-write).
-///
-/// # Invariants
-///
-/// `task` is a live task of a connection made by `create_conn_callback`,
-/// whose [`Binding`]'s `xmit` this value set to the task's index and
-/// clears when dropped; the task lives as long as this value (the mark
-/// keeps it). Made only in the `xmit_task` callback ([`XmitMark::set`]),
-/// under the session's `frwd_lock`, so no other mark of the connection
-/// lives meanwhile. (The binding is found again from the task when the
-/// mark goes, rather than kept: a register less across the transport's
-/// `xmit_task`.)
-pub(in crate::iscsi) struct XmitMark {
-    task: *mut bindings::iscsi_task,
-}
-
-impl XmitMark {
-    /// Marks `task`'s connection as sending the task, of index `idx`.
-    ///
-    /// # Safety
-    ///
-    /// `task` is a live task on a connection made by `create_conn_callback`,
-    /// `idx` its index, and the caller libiscsi's `xmit_task` callback of
-    /// it, before the transport is given the task: a release store, which
-    /// the transport's posts follow in program order. A device sees a
-    /// posted work request only after what the CPU stored before the post
-    /// (providers order those stores before their doorbell), so the
-    /// response to anything posted in the callback, and whoever handles
-    /// it, finds the mark or what the connection's next sender stored
-    /// after it.
-    #[inline(always)]
-    pub(in crate::iscsi) unsafe fn set(task: *mut bindings::iscsi_task, idx: u32) -> Self {
-        // SAFETY: The task and its connection are live (function contract).
-        unsafe { binding((*task).conn) }
-            .xmit
-            .store(idx, Ordering::Release);
-        // INVARIANT: set just above, in the callback (function contract).
-        Self { task }
-    }
-}
-
-impl Drop for XmitMark {
-    #[inline(always)]
-    fn drop(&mut self) {
-        // SAFETY: The task is live while marked, and so is its connection
-        // (type invariant).
-        let b = unsafe { binding((*self.task).conn) };
-        // A release: whoever reads it (or a later sender's mark, stored
-        // after this sender's unlock of `frwd_lock`) with acquire sees
-        // every access of this sender to the task done.
-        b.xmit.store(NOT_SENDING, Ordering::Release);
-    }
-}
-
-/// Waits (spinning) while `conn`'s task being sent could be the one the PDU
-/// `hdr` ends: the task its ITT names (a SCSI Response), or any task (every
-/// other PDU: a Reject names the PDU it rejects in its data segment, and
-/// libiscsi may complete a NOP-Out task on it). Returns at once while no
-/// task is being sent, the common case.
-///
-/// The sender waited for runs on another CPU: on this one, a PDU is
-/// handed on only outside the callbacks libiscsi runs under a session lock
-/// (`complete_pdu`'s contract), and the mark lives inside one. It holds
-/// `frwd_lock` with bottom halves off and posts without waiting for
-/// anything of this CPU's, so the wait is as long as the rest of its
-/// callback.
-///
-/// # Safety
-///
-/// `conn` is a live connection made by `create_conn_callback`.
-#[inline(always)]
-pub(in crate::iscsi) unsafe fn wait_unmarked(conn: *mut bindings::iscsi_conn, hdr: &[u8; BHS_LEN]) {
-    // SAFETY: The connection is live (function contract).
-    let b = unsafe { binding(conn) };
-    let m = b.xmit.load(Ordering::Acquire);
-    if m != NOT_SENDING {
-        wait_unmarked_slow(b, m, hdr);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn wait_unmarked_slow(b: &Binding, mut m: u32, hdr: &[u8; BHS_LEN]) {
-    // Until no sender's mark (each a release store, read with acquire)
-    // names the task the PDU may end: that sender's last access to it
-    // happened before.
-    while waits_for(m, hdr) {
-        core::hint::spin_loop();
-        m = b.xmit.load(Ordering::Acquire);
-    }
-}
-
-/// Whether the PDU `hdr` waits for the sending that mark `m` says is under
-/// way ([`wait_unmarked`]).
-pub(in crate::iscsi) fn waits_for(m: u32, hdr: &[u8; BHS_LEN]) -> bool {
-    if m == NOT_SENDING {
-        return false;
-    }
-    let opcode = u32::from(hdr[0]) & bindings::ISCSI_OPCODE_MASK;
-    if opcode != bindings::ISCSI_OP_SCSI_CMD_RSP {
-        return true;
-    }
-    // libiscsi's index of an ITT: its bytes as they are in memory, masked.
-    let itt = u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]);
-    itt & ITT_INDEX_MASK == m
 }
 
 /// The binding in `conn`'s `dd_data`.

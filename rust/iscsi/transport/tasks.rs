@@ -88,18 +88,18 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         // SAFETY: As in `init_task_callback`.
         let ep = unsafe { bound_ep::<T>((*task).conn) }.ok_or(ENODEV)?;
         // The task is live on entry, held by libiscsi's reference; with no
-        // transmit workqueue that is the command's own, which only a PDU
-        // received for it may drop while this runs (every other path that
-        // ends a task takes the session's frwd_lock, which libiscsi holds
-        // around this call). `mark` below is set before the driver posts
-        // anything and cleared once nothing here touches the task again: a
-        // received PDU that could end the task is not handed to libiscsi
-        // meanwhile (`XmitMark`), so `Task`'s invariant holds until then.
-        // libiscsi sends it under the session's frwd_lock, so its data
-        // buffer and unsolicited R2T are this call's.
+        // transmit workqueue that is the command's own, which a response on
+        // another CPU may drop as soon as the PDU is posted. `guard` below takes
+        // the layer's reference before the driver posts anything, and that one
+        // keeps `Task`'s invariant for the rest of the call. libiscsi sends it
+        // under the session's frwd_lock, so its data buffer and unsolicited
+        // R2T are this call's.
         // SAFETY: The task is live here, as said above, and being sent.
-        let t = unsafe { XmitTask::<T>::from_raw(task) }.ok_or(EINVAL)?;
-        let idx = t.index();
+        let mut t = unsafe { XmitTask::<T>::from_raw(task) }.ok_or(EINVAL)?;
+        // A response on another CPU may complete the task as soon as its PDU
+        // is posted: this reference keeps it (and its SCSI command) until the
+        // driver is done with it.
+        let guard = t.call_ref().ok_or(EINVAL)?;
         // As in `init_task_callback`: libiscsi holds the frwd_lock.
         // SAFETY: As in `init_task_callback`: bottom halves are off until
         // `locked` is dropped (`xmit_task` runs under `frwd_lock`, and
@@ -107,29 +107,18 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         // transmit workqueue these hosts do not have); the transport's
         // `xmit_task` is given its endpoint, task and slot only.
         let locked = unsafe { LockedCallback::enter() };
-        // SAFETY: The task is live (as above), on a connection of the
-        // layer's; this is its `xmit_task` callback, `idx` its index, and
-        // the transport has not been given the task yet.
-        let mark = unsafe { XmitMark::set(task, idx) };
-        let (r, no_response) = {
-            // The task is not touched through `t` once the mark goes: it
-            // is moved here and dropped at the end of this block.
-            let mut t = t;
-            // SAFETY: Once for this `XmitTask`, here, with its index.
-            let slot = unsafe { t.slot_token(idx) };
-            let r = T::xmit_task(ep, &mut t, slot);
-            let no_response = r.is_ok() && t.reserved_itt();
-            (r, no_response)
-        };
-        drop(mark);
+        // SAFETY: Once for this `XmitTask`, here.
+        let slot = unsafe { t.slot_token() };
+        let r = T::xmit_task(ep, &mut t, slot);
         drop(locked);
-        if no_response {
+        if r.is_ok() && t.reserved_itt() {
             // libiscsi leaves the release of a PDU that expects no response to
             // the transport; a driver that still needs the task took its own
-            // reference. No received PDU drops this one (none answers it).
+            // reference.
             // SAFETY: This drops libiscsi's reference, once: no response will.
             unsafe { bindings::iscsi_put_task(task) };
         }
+        drop(guard);
         r.map(|()| 0)
     })
 }
