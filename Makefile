@@ -298,8 +298,8 @@ distro-check:
 		tests/run-guest --kdir "$$(scripts/distro-kernel --vmlinuz)" tests/guest/distro.sh
 
 # The kernel's clean leaves the LLVM bitcode of a build for a tree with
-# CONFIG_RUST_INLINE_HELPERS (rust/riser_main.bc and .m.bc, linked with the
-# kernel's helpers into riser_main.o).
+# CONFIG_RUST_INLINE_HELPERS or built with gcc (rust/riser_main.bc and
+# .m.bc, linked with the helpers' into riser_main.o; Kbuild).
 clean:
 	@test -z "$(KDIR)" || $(KMAKE) clean
 	rm -rf rust/bindings_generated.rs rust/*.bc tests/host/target tests/fuzz/target

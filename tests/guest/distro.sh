@@ -23,6 +23,20 @@ built_for_this_kernel() {
 	echo "uname -r: $(uname -r); riser.ko vermagic: $v"
 	[ "${v%% *}" = "$(uname -r)" ]
 }
+# The C helpers, the kernel's (atomics, RCU, ...) and riser's
+# (rust/helpers.c), are inlined into riser's Rust code: none is called in
+# vmlinux, none is a function of riser.ko's own. scripts/setup installs the
+# clang and llvm-link of rustc's LLVM, with which Kbuild builds riser's
+# crate as LLVM bitcode linked with theirs on a gcc-built kernel.
+helpers_inlined() {
+	local u t h
+	u=$(nm -u "$KO" | grep -E ' rust_helper_') && { echo "called in vmlinux: $u"; return 1; }
+	h=$(grep -oE '^__riser_helper [^(]*\briser_[a-z0-9_]+\(' "$RISER_TOP/rust/helpers.c" |
+		grep -oE 'riser_[a-z0-9_]+' | sort -u)
+	[ -n "$h" ] || return 1
+	t=$(nm "$KO" | awk '$2 == "T" { print $3 }' | sort | comm -12 - <(echo "$h"))
+	[ -z "$t" ] || { echo "riser.ko's own: $t"; return 1; }
+}
 # ext4 made on the LUN, a file written, read back cold and compared.
 fs_roundtrip() {
 	mkfs.ext4 -q -F "$DEV" || return 1
@@ -58,9 +72,10 @@ no_conn_failure() {
 
 dmesg_live
 
-plan 19
+plan 20
 
 check "riser.ko was built for the running kernel" built_for_this_kernel
+check "riser.ko calls none of the kernel's Rust helpers or its own C ones (inlined)" helpers_inlined
 check "soft-RoCE device rxe0 created" setup_rxe "$IP"
 check "riser's dependencies load (the kernel's own modules)" load_deps
 # Modules here, built in in the test kernels; no udev loads sd_mod when the
