@@ -71,7 +71,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
 .PHONY: all modules lint fmt check check-env clean host-test fuzz reference demo evil bench insns inject linkdown failover scale \
-	install uninstall distro-check dkms-install dkms-uninstall dkms-sandbox
+	install uninstall distro-build distro-check dkms-install dkms-uninstall dkms-sandbox
 
 # The guest scripts of `make check`, one guest each (SCRIPT:N: N vCPUs).
 # tests/manifest lists each with the checks it plans: a guest added here or
@@ -286,20 +286,23 @@ dkms-sandbox:
 	scripts/dkms-riser sandbox out/dkms $(KDIR) $(KRELEASE) >out/dkms.log 2>&1 || \
 		{ tail -n 30 out/dkms.log; exit 1; }
 
-# The sources built apart (out/distro-build) against the distribution's tree,
-# then tests/guest/distro.sh in a guest booting its vmlinuz. What a build of
-# the tree itself left in rust/ stays out (RISER_SOURCES_ONLY): its .cmd
-# files name the other kernel tree's generated files, which Kbuild would
-# then make again with the distribution's flags, into that tree; and its
-# bindings, newer than their headers, would pass for this build's.
-RISER_SOURCES_ONLY = --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' --exclude '*.bc' \
-	--exclude bindings_generated.rs
-distro-check:
-	scripts/distro-kernel
+# riser built apart (out/distro-build) against the distribution's tree, which
+# scripts/distro-kernel prepared (make distro-check, tools/bench/run --distro).
+# Sources only: what a build of the tree itself left in rust/ stays out (its
+# .cmd files name the other kernel tree's generated files, which Kbuild would
+# make again with the distribution's flags, into that tree; and its bindings,
+# newer than their headers, would pass for this build's).
+distro-build:
 	@mkdir -p out/distro-build
-	rsync -a --delete $(RISER_SOURCES_ONLY) Kbuild Makefile include rust scripts out/distro-build/
+	rsync -a --delete --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' --exclude '*.bc' \
+		--exclude bindings_generated.rs Kbuild Makefile include rust scripts out/distro-build/
 	kdir=$$(scripts/distro-kernel --print-kdir) && \
 		$(MAKE) -C out/distro-build --no-print-directory KDIR="$$kdir" modules
+
+# Then tests/guest/distro.sh in a guest booting its vmlinuz.
+distro-check:
+	scripts/distro-kernel
+	$(MAKE) --no-print-directory distro-build
 	RISER_EXPECT_KUNIT=0 RISER_DISTRO_KO=$(CURDIR)/out/distro-build/riser.ko \
 		tests/run-guest --kdir "$$(scripts/distro-kernel --vmlinuz)" tests/guest/distro.sh
 

@@ -9,7 +9,7 @@
  * inline assembly then names the %gs segment through the operand's address
  * space rather than in the template, and clang, which accepts __seg_gs, does
  * not print the segment of an asm memory operand: this_cpu_inc() on a
- * per-CPU pointer became a plain increment of the per-CPU offset, a fault.
+ * per-CPU pointer would be a plain increment of the per-CPU offset, a fault.
  * Without them the accessors write %gs: themselves, as on every clang-built
  * kernel; the per-CPU layout is the same either way.
  */

@@ -61,3 +61,24 @@ fetch_linux_source() {
 	rm -rf "$cache/src"
 	mv "$cache/src.tmp" "$cache/src"
 }
+
+# gcc_skip_globs RUST_MAKEFILE: the C flags of a GCC-built kernel that libclang
+# does not take, as the kernel's rust/Makefile lists them for its own bindgen
+# run (`bindgen_skip_c_flags := ...` and its continuation lines), in the array
+# GCC_SKIP_GLOBS, make's `%` patterns as shell globs. gcc_skipped FLAG: FLAG
+# is one of them. scripts/bindgen-module and scripts/clang-gcc-flags use both.
+gcc_skip_globs() {
+	local skip
+	skip=$(sed -n '/^bindgen_skip_c_flags[[:space:]]*:=/,/[^\\]$/p' "$1" |
+		sed 's/^bindgen_skip_c_flags[[:space:]]*:=//; s/\\$//')
+	[ -n "$skip" ] || { echo "${0##*/}: no bindgen_skip_c_flags in $1" >&2; return 1; }
+	read -r -a GCC_SKIP_GLOBS <<<"$(tr '\n' ' ' <<<"${skip//%/*}")"
+}
+gcc_skipped() {
+	local g
+	for g in "${GCC_SKIP_GLOBS[@]}"; do
+		# shellcheck disable=SC2254
+		case $1 in $g) return 0 ;; esac
+	done
+	return 1
+}
