@@ -438,6 +438,22 @@ impl Cmds {
         Some(self.slot_event(conn, idx, slot::send_done))
     }
 
+    /// [`Cmds::send_completed`]'s common case alone: the SEND of slot
+    /// `idx`'s command completed while its response is still to come, and
+    /// one compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
+    /// Whether it did; if not, nothing changed, and
+    /// [`Cmds::send_completed`] decides.
+    #[inline(always)]
+    pub(super) fn send_completed_untouched(&self, idx: u32) -> bool {
+        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
+            return false;
+        };
+        let cur = s.word();
+        cur.send_due()
+            && slot::send_done_waits(cur)
+                .is_some_and(|next| s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok())
+    }
+
     /// Releases every command and drops every task reference held, once
     /// the connection's QP is destroyed (drained): no work request is
     /// outstanding and no completion is to come, so nothing of any command

@@ -30,7 +30,10 @@ use crate::{
     kernel_ext::softirq::InSoftirq,
     rdma::{
         device::DeviceRef,
-        verbs::ib_post_recv, //
+        verbs::{
+            ib_post_recv,
+            post_result, //
+        },
     },
 };
 use core::{
@@ -44,7 +47,6 @@ use core::{
 use kernel::{
     alloc::KVec,
     dma::DataDirection,
-    error::to_result,
     prelude::*,
     sync::rcu, //
 };
@@ -334,7 +336,7 @@ impl RecvSlot {
         // slot's `sge` outlive the call, and the provider only reads them;
         // the slot and its buffer live as long as the connection, whose QP
         // is destroyed (its receives completed) before either goes.
-        to_result(unsafe { ib_post_recv(qp, &wr, &mut bad) })
+        post_result(unsafe { ib_post_recv(qp, &wr, &mut bad) })
     }
 
     /// Back to idle once the QP is destroyed: no receive is posted then,
