@@ -97,7 +97,7 @@ fn deliver(
     let bhs = bhs_of(bytes, &pdu)?;
     trace::pdu_received(trace::id(ep), bhs, wc.invalidated.unwrap_or(0));
     if pdu.opcode != TargetOpcode::ScsiResponse {
-        return deliver_other(ep, rcu, res, bytes, wc);
+        return deliver_other(ep, rcu, res, bytes, wc.byte_len, wc.invalidated);
     }
     let data = &bytes[pdu.data.clone()];
     // A SCSI Response: one per command, the receive path's common case.
@@ -163,11 +163,21 @@ fn malformed(byte_len: u32, e: ProtoError) -> Failure {
 /// text, logout, TMF, asynchronous messages), kept out of the common
 /// path. `bytes` were parsed already, by [`deliver`]: parsed again here,
 /// so that the common path hands over nothing it had to build.
+/// `byte_len` and `invalidated` are the completion's: its fields by value,
+/// as a reference to it (a field of the `Received`) would keep the whole
+/// `Received` in memory on the common path too.
 #[inline(never)]
-fn deliver_other(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: &Wc) -> FailResult {
-    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
+fn deliver_other(
+    ep: &IserConn,
+    rcu: &rcu::Guard,
+    res: &Res,
+    bytes: &[u8],
+    byte_len: u32,
+    invalidated: Option<u32>,
+) -> FailResult {
+    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(byte_len)) {
         Ok(p) => p,
-        Err(e) => return Err(malformed(wc.byte_len, e)),
+        Err(e) => return Err(malformed(byte_len, e)),
     };
     let bhs = &Bhs(*bhs_of(bytes, &pdu)?);
     let data = &bytes[pdu.data.clone()];
@@ -176,7 +186,7 @@ fn deliver_other(ep: &IserConn, rcu: &rcu::Guard, res: &Res, bytes: &[u8], wc: &
         return Err(Failure::DataInOrR2t);
     }
     // Only a SCSI Response may invalidate (its own task's rkey).
-    if let Some(rkey) = wc.invalidated {
+    if let Some(rkey) = invalidated {
         return Err(foreign(rkey, pdu.opcode, pdu.itt));
     }
     if pdu.opcode == TargetOpcode::AsyncMessage && !ep.async_allowed() {
