@@ -5,7 +5,10 @@
 //! Their completions are `recv.rs`'s.
 
 use super::{
-    conn::Res,
+    conn::{
+        IserConn,
+        Res, //
+    },
     failure::Failure,
     memory::{
         SendRef,
@@ -57,6 +60,7 @@ use crate::{
     rdma::conn::{
         Access,
         BufRef,
+        CmdClaim,
         CmdPost,
         CmdSend,
         Registration,
@@ -244,17 +248,34 @@ fn command_planned<'a>(
     plan: Plan,
     len: u32,
 ) -> Result<(bool, Option<Failure>)> {
-    let idx = slot.index();
-    let unregistered = plan.key == Key::GlobalRkey;
     // The task slot's MR, header buffer and send tag, for this command
     // alone. Busy while the slot's last SEND from its header buffer is
     // being read by the device (the map, or a buffered post, says so):
     // libiscsi requeues.
     let claim = res.conn.claim_cmd(slot)?;
+    let r = command_claimed(res, task, &claim, plan, len);
+    // What the claim holds goes back here, on every path, in line (a drop
+    // of the claim out of line would take its address, and keep it in
+    // memory on the common path).
+    claim.release();
+    r
+}
+
+/// [`command_planned`] once the slot is claimed (`claim`).
+#[inline(always)]
+fn command_claimed(
+    res: &Res,
+    task: &mut XmitTask<'_, Iser>,
+    claim: &CmdClaim<'_, IserConn>,
+    plan: Plan,
+    len: u32,
+) -> Result<(bool, Option<Failure>)> {
+    let idx = claim.index();
+    let unregistered = plan.key == Key::GlobalRkey;
     // Check, then map: the slot's last command owes nothing (the layer's
     // `map` checks that the MR's last registration the target was given
     // is invalid) before anything is mapped into its MR.
-    let quiet = res.cmds.quiet(&claim)?;
+    let quiet = res.cmds.quiet(claim)?;
     let sg = task.mapping();
     let reg = match (plan.key, sg) {
         (Key::None, _) => None,
@@ -331,8 +352,6 @@ fn command_planned<'a>(
     } else {
         None
     };
-    // What the claim holds goes back here, on the common path, in line.
-    claim.release();
     Ok((unregistered, done.failure.or(broken)))
 }
 
