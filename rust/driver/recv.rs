@@ -336,7 +336,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             }
         }
     }
-    completed_other(ep, done, wc, delayed);
+    completed_other(ep, done, wc.status, wc.byte_len, delayed);
 }
 
 /// A held TMF Response that a send completion may have freed.
@@ -346,9 +346,16 @@ fn completed_held(ep: &IserConn, res: &Res) {
 }
 
 /// [`completed`] for every completion but the common one (`delayed`: the
-/// test build's delay was taken already).
+/// test build's delay was taken already). The completion's fields by
+/// value, as in [`deliver_other`]: a send's completion invalidates
+/// nothing.
 #[inline(never)]
-fn completed_other(ep: &IserConn, done: SendDone<'_>, wc: Wc, delayed: bool) {
+fn completed_other(ep: &IserConn, done: SendDone<'_>, status: u32, byte_len: u32, delayed: bool) {
+    let wc = Wc {
+        status,
+        byte_len,
+        invalidated: None,
+    };
     let tag = done.tag();
     if !wc.ok() {
         wc_failed(ep, false, tag, wc);
