@@ -411,36 +411,9 @@ impl Cmds {
         &self.track
     }
 
-    /// The command SEND of slot `idx` completed (successfully), if the
-    /// slot's command waits for it (`None` if not: the slot's tag carried
-    /// another PDU). Most often the response is still to come, and one
-    /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]);
-    /// else [`slot::send_done`] decides.
-    #[inline(always)]
-    pub(super) fn send_completed<H: CmHandler + QpHandler>(
-        &self,
-        conn: &Connection<H>,
-        idx: u32,
-    ) -> Option<Done> {
-        let s = self.slots.get(usize::from_safe_cast(idx))?;
-        let cur = s.word();
-        if !cur.send_due() {
-            return None;
-        }
-        if let Some(next) = slot::send_done_waits(cur) {
-            if s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok() {
-                return Some(Done {
-                    task: None,
-                    failure: None,
-                });
-            }
-        }
-        Some(self.slot_event(conn, idx, slot::send_done))
-    }
-
-    /// [`Cmds::send_completed`]'s common case alone: the SEND of slot
-    /// `idx`'s command completed while its response is still to come, and
-    /// one compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
+    /// The command SEND of slot `idx` completed (successfully) while its
+    /// response is still to come, the common case: one
+    /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
     /// Whether it did; if not, nothing changed, and
     /// [`Cmds::send_completed`] decides.
     #[inline(always)]
@@ -452,6 +425,23 @@ impl Cmds {
         cur.send_due()
             && slot::send_done_waits(cur)
                 .is_some_and(|next| s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok())
+    }
+
+    /// The command SEND of slot `idx` completed (successfully), if the
+    /// slot's command waits for it (`None` if not: the slot's tag carried
+    /// another PDU), where [`Cmds::send_completed_untouched`] did not end
+    /// it: [`slot::send_done`] decides (it agrees with that shortcut where
+    /// the shortcut applies, as proto's tests check).
+    pub(super) fn send_completed<H: CmHandler + QpHandler>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+    ) -> Option<Done> {
+        let s = self.slots.get(usize::from_safe_cast(idx))?;
+        if !s.word().send_due() {
+            return None;
+        }
+        Some(self.slot_event(conn, idx, slot::send_done))
     }
 
     /// Releases every command and drops every task reference held, once
