@@ -446,7 +446,7 @@ impl TransportOps for Iser {
     ) -> Result {
         let res = ep.res().ok_or(ENODEV)?;
         if !task.is_scsi() {
-            return send::control(&res, task, slot);
+            return task.detached(|t| send::control(&res, t, slot));
         }
         // Going down: libiscsi requeues the command (see `init_task`).
         if !ep.is_up() {

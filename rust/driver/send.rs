@@ -222,7 +222,7 @@ pub(super) fn command<'a>(
         Shape::MrReadInline => command_planned(res, task, slot, Plan::MR_READ_INLINE, len),
         Shape::ImmediateWrite => command_planned(res, task, slot, Plan::IMMEDIATE_WRITE, len),
         Shape::MrWrite { offset } => command_planned(res, task, slot, Plan::mr_write(offset), len),
-        Shape::Other(plan) => command_general(res, task, slot, plan, len),
+        Shape::Other(plan) => task.detached(|t| command_general(res, t, slot, plan, len)),
     }
 }
 

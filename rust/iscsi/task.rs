@@ -291,8 +291,9 @@ pub(crate) enum Direction {
 /// complete the task while it is being sent), none needed during the
 /// layer's `cleanup_task`, which libiscsi calls once the last reference is
 /// gone and before the task goes back to the pool. So the task, its `sc`
-/// and `sc`'s scatterlist are valid for `'a`. One `Task` exists per
-/// callback, and libiscsi runs the callbacks of one task one at a time
+/// and `sc`'s scatterlist are valid for `'a`. One `Task` is usable per
+/// callback (a second, [`XmitTask::detached`]'s, only while the first is
+/// mutably borrowed), and libiscsi runs the callbacks of one task one at a time
 /// (`init_task` and `xmit_task` under the session's `frwd_lock`;
 /// `cleanup_task`, from `iscsi_free_task`, under its `back_lock`, only once
 /// no reference, so no `xmit_task`, is left): the slot's `sg` and `keep`
@@ -552,6 +553,29 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         })
     }
 
+    /// Runs `f` with a second `XmitTask` of the task, for a caller that
+    /// hands the task to a function it does not inline: a reference to
+    /// this value given out of line would keep it in memory on every path
+    /// of the caller, the common ones too. The copy is reachable only
+    /// inside `f`, while this value is mutably borrowed (so no slice
+    /// [`XmitTask::prefixed_bhs`] returned from it is alive): one of the
+    /// two is usable at a time, and what the copy did to the slot's room
+    /// is carried back.
+    #[inline(always)]
+    pub(crate) fn detached<R>(&mut self, f: impl FnOnce(&mut XmitTask<'a, T>) -> R) -> R {
+        let mut copy = XmitTask {
+            // INVARIANT: the same task, for the same `'a`.
+            task: Task {
+                ptr: self.task.ptr,
+                _p: PhantomData,
+            },
+            prefixed: Cell::new(self.prefixed.get()),
+        };
+        let r = f(&mut copy);
+        self.prefixed.set(copy.prefixed.get());
+        r
+    }
+
     /// The sole use of the task's slot (its index in its session, the
     /// session its domain: [`Conn::slot_domain`]) for the transmission.
     ///
@@ -646,7 +670,8 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // SAFETY: `room` is written only here, once per `XmitTask` (just
         // checked; `XmitTask` is not `Sync`, and libiscsi transmits a task
         // on one CPU at a time, so no other `XmitTask` of the task is
-        // alive): no slice of it is borrowed. `prefix` is other memory.
+        // usable: [`XmitTask::detached`]'s copy only while this one is
+        // mutably borrowed): no slice of it is borrowed. `prefix` is other memory.
         unsafe { core::ptr::copy_nonoverlapping(prefix.as_ptr(), at, n) };
         // SAFETY: The bytes are initialised (`room` and `hdr` are zeroed
         // at init) and, for the borrow of `self`, written by no one: the
