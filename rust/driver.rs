@@ -456,7 +456,7 @@ impl TransportOps for Iser {
         // cleaned up) on another CPU.
         let len = task.data_len();
         let dir = task.direction();
-        let sent = send::command(&res, task, slot, dir, len);
+        let sent = send::command(&ep, &res, task, slot, dir, len);
         // A TMF Response held while this command's word was being posted
         // may be free to go now that the post has returned (`posted` or
         // `not_posted` may have ended the word): libiscsi's session locks
@@ -465,22 +465,7 @@ impl TransportOps for Iser {
         if res.cmds.tmf_waits() {
             IserConn::deliver_held_later(ep);
         }
-        let (unregistered, broken) = sent.inspect_err(|e| {
-            if *e == EAGAIN || *e == ENOMEM {
-                ep.counters.sq_full.add(1, Relaxed);
-            }
-        })?;
-        if unregistered {
-            ep.counters.unreg_cmds.add(1, Relaxed);
-        }
-        if let Some(why) = broken {
-            // The command is on the wire: libiscsi must not requeue it, so
-            // report it sent and let recovery fail it. libiscsi holds the
-            // session's frwd_lock here, which failing the connection takes:
-            // that is done from a workqueue (as `fail` would do here too).
-            drop(res);
-            ep.fail_later(why);
-        }
+        sent?;
         let n = u64::from(len);
         match dir {
             Direction::Write => stats::Counters::bump(&ep.counters.tx_octets, n),

@@ -72,6 +72,7 @@ use crate::{
 use core::cell::Cell;
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
 
 /// Sends a login, text, NOP-Out, TMF or logout PDU. Out of line: it
 /// shares `xmit_task` with the SCSI commands, which it would otherwise
@@ -193,67 +194,106 @@ fn control_pdu<'a>(res: &Res, task: &XmitTask<'a, Iser>, slot: SlotToken<'a>, bh
     Ok(())
 }
 
-/// Sends a SCSI command: registration, command PDU (with immediate
-/// data), unsolicited Data-Outs. Says whether the data went
-/// unregistered, and why the connection must fail if a Data-Out could
-/// not follow its posted command.
+/// Sends a SCSI command on `ep`: registration, command PDU (with
+/// immediate data), unsolicited Data-Outs.
 ///
 /// Before anything is posted, the slot's completion word says what the
 /// command will owe (its response, its SEND's and Data-Outs'
 /// completions, the key it gives the target), so that libiscsi
 /// completes it only when the target can no longer reach its memory.
+/// A command that is on the wire but whose connection must fail (a
+/// Data-Out that could not follow it, a response before its post) is
+/// reported sent: libiscsi must not requeue it, and recovery fails it.
 ///
 /// `dir` and `len` are the task's direction and data length, which the
 /// caller read.
 #[inline(always)]
 pub(super) fn command<'a>(
+    ep: &IserConn,
     res: &Res,
     task: &mut XmitTask<'a, Iser>,
     slot: SlotToken<'a>,
     dir: Direction,
     len: u32,
-) -> Result<(bool, Option<Failure>)> {
+) -> Result {
     // The common shapes each get a copy of the rest with their plan known
     // where it is read, so that its branches fold: a READ through an MR
     // with an inline SEND, a WRITE whose data all goes as immediate data
     // from one segment, and a WRITE with immediate data whose rest the
-    // target reads through an MR. The same code, the same checks.
-    match plan_command(res, task, dir, len)? {
-        Shape::MrReadInline => command_planned(res, task, slot, Plan::MR_READ_INLINE, len),
-        Shape::ImmediateWrite => command_planned(res, task, slot, Plan::IMMEDIATE_WRITE, len),
-        Shape::MrWrite { offset } => command_planned(res, task, slot, Plan::mr_write(offset), len),
-        Shape::Other(plan) => task.detached(|t| command_general(res, t, slot, plan, len)),
-    }
+    // target reads through an MR. The same code, the same checks. Each
+    // copy fails the connection and counts where it knows to, so that
+    // only an error code comes out of the match (a value of several
+    // parts would be packed at each copy's end and unpacked after).
+    let shape = plan_command(res, task, dir, len).map_err(|e| not_sent(ep, e))?;
+    let sent = match shape {
+        Shape::MrReadInline => command_planned(ep, res, task, slot, Plan::MR_READ_INLINE, len),
+        Shape::ImmediateWrite => command_planned(ep, res, task, slot, Plan::IMMEDIATE_WRITE, len),
+        Shape::MrWrite { offset } => {
+            command_planned(ep, res, task, slot, Plan::mr_write(offset), len)
+        }
+        Shape::Other(plan) => task.detached(|t| command_general(ep, res, t, slot, plan, len)),
+    };
+    sent.map_err(|e| not_sent(ep, e))
 }
 
 /// [`command_planned`] for any other plan: out of line, so that the
 /// common shapes' copies are what the transmit callback holds.
 #[inline(never)]
 fn command_general<'a>(
+    ep: &IserConn,
     res: &Res,
     task: &mut XmitTask<'a, Iser>,
     slot: SlotToken<'a>,
     plan: Plan,
     len: u32,
-) -> Result<(bool, Option<Failure>)> {
-    command_planned(res, task, slot, plan, len)
+) -> Result {
+    command_planned(ep, res, task, slot, plan, len)
+}
+
+/// Counts on `ep` a command that went out, `unregistered` if its data
+/// did.
+#[inline(always)]
+fn counted(ep: &IserConn, unregistered: bool) {
+    if unregistered {
+        ep.counters.unreg_cmds.add(1, Relaxed);
+    }
+}
+
+/// A command went out but its connection must fail (`why`): from a
+/// workqueue, as libiscsi holds the session's frwd_lock here, which
+/// failing the connection takes. The command is reported sent (libiscsi
+/// must not requeue it), and recovery fails it.
+#[cold]
+#[inline(never)]
+fn failed(ep: &IserConn, why: Failure) {
+    ep.fail_later(why);
+}
+
+/// A command not sent (`e`): a send queue found full is counted.
+#[cold]
+fn not_sent(ep: &IserConn, e: Error) -> Error {
+    if e == EAGAIN || e == ENOMEM {
+        ep.counters.sq_full.add(1, Relaxed);
+    }
+    e
 }
 
 /// [`command`] once planned (`plan`).
 #[inline(always)]
 fn command_planned<'a>(
+    ep: &IserConn,
     res: &Res,
     task: &mut XmitTask<'a, Iser>,
     slot: SlotToken<'a>,
     plan: Plan,
     len: u32,
-) -> Result<(bool, Option<Failure>)> {
+) -> Result {
     // The task slot's MR, header buffer and send tag, for this command
     // alone. Busy while the slot's last SEND from its header buffer is
     // being read by the device (the map, or a buffered post, says so):
     // libiscsi requeues.
     let claim = res.conn.claim_cmd(slot)?;
-    let r = command_claimed(res, task, &claim, plan, len);
+    let r = command_claimed(ep, res, task, &claim, plan, len);
     // What the claim holds goes back here, on every path, in line (a drop
     // of the claim out of line would take its address, and keep it in
     // memory on the common path).
@@ -264,12 +304,13 @@ fn command_planned<'a>(
 /// [`command_planned`] once the slot is claimed (`claim`).
 #[inline(always)]
 fn command_claimed(
+    ep: &IserConn,
     res: &Res,
     task: &mut XmitTask<'_, Iser>,
     claim: &CmdClaim<'_, IserConn>,
     plan: Plan,
     len: u32,
-) -> Result<(bool, Option<Failure>)> {
+) -> Result {
     let idx = claim.index();
     let unregistered = plan.key == Key::GlobalRkey;
     // Check, then map: the slot's last command owes nothing (the layer's
@@ -332,8 +373,12 @@ fn command_claimed(
         send,
     };
     if let Err(r) = claim.post(&cmd) {
-        return not_posted(res, idx, r.err, plan.remote_mr() && r.reg_posted)
-            .map(|broken| (unregistered, broken));
+        return not_posted(res, idx, r.err, plan.remote_mr() && r.reg_posted).map(|broken| {
+            if let Some(why) = broken {
+                failed(ep, why);
+            }
+            counted(ep, unregistered);
+        });
     }
     // The registration and SEND are on the send queue: what a response
     // in the window left waiting (its LOCAL_INV, or its completion) goes
@@ -343,16 +388,20 @@ fn command_claimed(
     if let Some(t) = done.task {
         drop(t);
     }
+    if let Some(why) = done.failure {
+        failed(ep, why);
+    }
     let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
     if let Some(bhs) = hdrs.last_chunk() {
         trace::pdu_sent(res.trace_id, bhs, stag);
     }
-    let broken = if plan.dataouts > 0 {
-        send_dataouts(res, task, reg.as_ref(), reserved)
-    } else {
-        None
-    };
-    Ok((unregistered, done.failure.or(broken)))
+    if plan.dataouts > 0 {
+        if let Some(why) = send_dataouts(res, task, reg.as_ref(), reserved) {
+            failed(ep, why);
+        }
+    }
+    counted(ep, unregistered);
+    Ok(())
 }
 
 /// Maps the command's data (how many segments it takes decides whether
