@@ -288,16 +288,21 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
         // posts once) reaches the requests (type invariant of `CmdSlot`).
         let w = unsafe { &mut *self.slot.wrs.get() };
         let tagged = self.fill_send(w, &p.send).map_err(CmdRefused::before)?;
-        let s = &self.slot.mr;
-        // The MR's state before the chain, restored for what is not posted.
-        let was = (
-            s.valid.load(Ordering::Acquire),
-            s.reg_rkey.load(Ordering::Acquire),
-            s.remote.load(Ordering::Acquire),
-        );
-        let (first, inv) = match &p.reg {
-            Some((reg, access)) => self.fill_reg(w, reg, *access, was)?,
-            None => (&raw const w.send, false),
+        // With a registration, the MR's state before the chain, restored
+        // for what is not posted (read only then: a command without one
+        // leaves the MR alone).
+        let (first, inv, was) = match &p.reg {
+            Some((reg, access)) => {
+                let s = &self.slot.mr;
+                let was = (
+                    s.valid.load(Ordering::Acquire),
+                    s.reg_rkey.load(Ordering::Acquire),
+                    s.remote.load(Ordering::Acquire),
+                );
+                let (first, inv) = self.fill_reg(w, reg, *access, was)?;
+                (first, inv, was)
+            }
+            None => (&raw const w.send, false, (false, 0, false)),
         };
         // Fault injection: the provider refuses the chain's last request
         // (the SEND), so that a chain of several goes out in part.
