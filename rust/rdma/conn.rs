@@ -364,9 +364,13 @@ impl<H: CmHandler + QpHandler> Connection<H> {
                 .send_tags
                 .get(usize::from_safe_cast(tag))
                 .ok_or(EINVAL)?;
-            let cqe = (&raw const t.cqe).cast_mut();
+            // SAFETY: `t` is this connection's command tag `tag`, slot
+            // `i`'s alone (the tags `cmd_tag_base..` are the slots', in
+            // order); `send_tags` is never grown, and a slot's tag is
+            // reached only through the connection, alive then.
+            let slot = unsafe { CmdSlot::new(mr, hdr, t, unsig) };
             // Within the capacity checked above: nothing is allocated.
-            cmds.push(CmdSlot::new(mr, hdr, tag, cqe, unsig), GFP_ATOMIC)?;
+            cmds.push(slot, GFP_ATOMIC)?;
         }
         // At their place for good: the vector is never grown (moving it
         // into `slots` moves not its elements).

@@ -44,7 +44,10 @@ use core::{
         Cell,
         UnsafeCell, //
     },
-    ptr::null_mut,
+    ptr::{
+        null_mut,
+        NonNull, //
+    },
     sync::atomic::Ordering, //
 };
 use kernel::num::casts::FromSafeCast;
@@ -61,14 +64,16 @@ struct Wrs {
 }
 
 /// One command slot of a [`Connection`]: slot `i` registers its MR (the
-/// connection's MR `i`) and sends on send tag `tag`.
+/// connection's MR `i`) and sends on its send tag `tag`.
 ///
 /// # Invariants
 ///
 /// `wrs` is at a stable address (the slots' `KVec` is never grown) and
 /// links to itself: `inv.next` is `&reg.wr`, `reg.wr.next` is `&send`,
 /// `send.sg_list` is `sge`; `reg.mr` is the slot's `mr`, the
-/// CQEs are the connection's tags. It is read and written only by the
+/// CQEs are the connection's tags. `tag` points to one of the
+/// connection's send tags (in its `send_tags`, never grown), the slot's
+/// alone: valid whenever the slot is reached through its connection. It is read and written only by the
 /// holder of the slot's claim (a [`CmdClaim`], one at a time). `hdr` is mapped on
 /// the connection's device for it to read; it is the slot's alone (no
 /// other value names it), written only by a [`CmdClaim`] of the slot
@@ -78,23 +83,27 @@ struct Wrs {
 pub(super) struct CmdSlot {
     wrs: UnsafeCell<Wrs>,
     mr: MrSlot,
-    tag: u32,
+    tag: NonNull<Tag>,
     hdr: DmaBuf,
 }
 
 impl CmdSlot {
     /// The slot of MR `mr` (in the connection's PD), sending from header
-    /// buffer `hdr` (mapped on
-    /// the connection's device, for it to read) on tag `tag` (`tag_cqe`),
-    /// its unsignaled requests on `unsig`. Linked by [`CmdSlot::link`]
-    /// once it is at its place.
-    pub(super) fn new(
+    /// buffer `hdr` (mapped on the connection's device, for it to read) on
+    /// tag `tag`, its unsignaled requests on `unsig`. Linked by
+    /// [`CmdSlot::link`] once it is at its place.
+    ///
+    /// # Safety
+    ///
+    /// `tag` is one of the connection's send tags, valid whenever the slot
+    /// is reached through the connection, and no other command slot's.
+    pub(super) unsafe fn new(
         mr: MrSlot,
         hdr: DmaBuf,
-        tag: u32,
-        tag_cqe: *mut bindings::ib_cqe,
+        tag: &Tag,
         unsig: *mut bindings::ib_cqe,
     ) -> Self {
+        let tag_cqe = (&raw const tag.cqe).cast_mut();
         let mut w = Wrs {
             inv: Default::default(),
             reg: Default::default(),
@@ -111,10 +120,12 @@ impl CmdSlot {
             *w.reg.wr.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
             *w.send.__bindgen_anon_1.wr_cqe.as_mut() = tag_cqe;
         }
+        // INVARIANT: `tag` is a send tag of the connection that outlives
+        // the slot, the slot's alone (function contract).
         Self {
             wrs: UnsafeCell::new(w),
             mr,
-            tag,
+            tag: NonNull::from(tag),
             hdr,
         }
     }
@@ -230,10 +241,9 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         }
         let idx = token.index();
         let slot = slots.cmds.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
-        let tag = self
-            .send_tags
-            .get(usize::from_safe_cast(slot.tag))
-            .ok_or(EINVAL)?;
+        // SAFETY: The slot's tag is one of this connection's send tags
+        // (type invariant of `CmdSlot`), alive as the connection is.
+        let tag = unsafe { slot.tag.as_ref() };
         // INVARIANT: the token is the slot's (its index, the slots'
         // domain); no tag yet.
         Ok(CmdClaim {
