@@ -519,6 +519,7 @@ fn make_task_slots(ep: &IserConn, domain: SlotDomain, tasks: u32) -> Result {
         pages,
         crate::proto::pdu::HEADERS_LEN,
         tx::HEADER_ALIGN,
+        memory::Slot::new,
     )?;
     let bufs = TaskBufs::new(&dev, tasks)?;
     let res = ep.res().ok_or(ENOTCONN)?;

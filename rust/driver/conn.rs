@@ -233,7 +233,7 @@ impl WorkItem for IserConn {
 
     fn run(this: Arc<IserConn>) {
         // Gone with the resources: the teardown answers libiscsi's TMF.
-        let held = this.res().and_then(|r| r.cmds.events_done());
+        let held = this.res().and_then(|r| r.cmds.events_done(&r.conn));
         if let Some(bhs) = held {
             this.deliver_held(bhs);
         }
@@ -389,7 +389,7 @@ impl IserConn {
             return false;
         }
         rcu::synchronize_rcu();
-        self.res().is_some_and(|r| r.cmds.owes_nothing())
+        self.res().is_some_and(|r| r.cmds.owes_nothing(&r.conn))
     }
 
     /// After a logout, lets the target close first, at most
@@ -875,7 +875,7 @@ impl Drop for Res {
         // only once the QP, the one way to the connection's PD, is gone
         // (drained: no work request outstanding, no completion to come).
         self.conn.destroy_qp();
-        self.cmds.teardown();
+        self.cmds.teardown(&self.conn);
         self.quiesced.complete_all();
     }
 }
@@ -901,12 +901,7 @@ impl Bufs {
         signal_interval: u32,
     ) -> Result<Self> {
         Ok(Self {
-            cmds: Cmds::new(
-                tags.cmds,
-                tags,
-                ep.params.always_register,
-                ep.counters.clone(),
-            )?,
+            cmds: Cmds::new(tags, ep.params.always_register, ep.counters.clone())?,
             tx: Tx::new(dev, tags, signal_interval)?,
             login_rx: Some(RecvBuf::new(dev, HEADERS_LEN + LOGIN_DATA)?),
         })

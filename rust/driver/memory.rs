@@ -94,7 +94,7 @@ use kernel::{
 /// then looks whether a TMF Response is held, and the TMF path, which holds
 /// one, then looks at the words, cannot both miss the other (see
 /// [`Cmds::events_done`]).
-pub(super) struct Slot {
+pub(crate) struct Slot {
     /// The completion word ([`Word`]).
     word: Atomic<u64>,
     /// The LUN of the slot's last command, as in its BHS (a TMF's scope
@@ -353,10 +353,12 @@ pub(super) struct Published<'a> {
 /// The commands of a connection as the target can reach them: each task
 /// slot's completion word, the rare PDUs' bookkeeping, and the flag of a
 /// TMF Response held back.
+///
+/// Each task slot's word is kept in the connection's command slot of the
+/// same index ([`Slot`], the connection's `CmdData`): what its command
+/// still owes before it may complete, and the reference that holds it
+/// until then.
 pub(super) struct Cmds {
-    /// By task slot: what its command still owes before it may complete,
-    /// and the reference that holds it until then.
-    slots: KVec<Slot>,
     /// The rare PDUs' bookkeeping: control SENDs, the TMF and logout
     /// outstanding, a TMF Response held.
     track: Pin<KBox<SpinLockIrq<Track>>>,
@@ -373,22 +375,12 @@ pub(super) struct Cmds {
 }
 
 impl Cmds {
-    /// The bookkeeping of `n` task slots, whose send tags `tags` numbers.
-    /// With `remote_inv`, the target may invalidate the commands' keys with
-    /// SEND_WITH_INV.
-    pub(super) fn new(
-        n: u32,
-        tags: TagMap,
-        remote_inv: bool,
-        counters: Arc<Counters>,
-    ) -> Result<Self> {
-        let mut slots = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
-        for _ in 0..n {
-            slots.push(Slot::new(), GFP_KERNEL)?;
-        }
+    /// The bookkeeping of the commands of a connection whose send tags
+    /// `tags` numbers. With `remote_inv`, the target may invalidate the
+    /// commands' keys with SEND_WITH_INV.
+    pub(super) fn new(tags: TagMap, remote_inv: bool, counters: Arc<Counters>) -> Result<Self> {
         let track = Track::new(tags.tag(SendTag::DataOut(tags.dataouts)))?;
         Ok(Self {
-            slots,
             track: KBox::pin_init(new_spinlock_irq!(track, "riser_track"), GFP_KERNEL)?,
             tmf_held: Atomic::new(false),
             remote_inv: Atomic::new(remote_inv),
@@ -417,10 +409,15 @@ impl Cmds {
     /// Whether it did; if not, nothing changed, and
     /// [`Cmds::send_completed`] decides.
     #[inline(always)]
-    pub(super) fn send_completed_untouched(&self, idx: u32) -> bool {
-        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
+    pub(super) fn send_completed_untouched<H: CmHandler + QpHandler<CmdData = Slot>>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+    ) -> bool {
+        let Some(c) = conn.cmd_ref(idx) else {
             return false;
         };
+        let s = c.data();
         let cur = s.word();
         cur.send_due()
             && slot::send_done_waits(cur)
@@ -432,13 +429,12 @@ impl Cmds {
     /// another PDU), where [`Cmds::send_completed_untouched`] did not end
     /// it: [`slot::send_done`] decides (it agrees with that shortcut where
     /// the shortcut applies, as proto's tests check).
-    pub(super) fn send_completed<H: CmHandler + QpHandler>(
+    pub(super) fn send_completed<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         idx: u32,
     ) -> Option<Done> {
-        let s = self.slots.get(usize::from_safe_cast(idx))?;
-        if !s.word().send_due() {
+        if !conn.cmd_ref(idx)?.data().word().send_due() {
             return None;
         }
         Some(self.slot_event(conn, idx, slot::send_done))
@@ -449,10 +445,10 @@ impl Cmds {
     /// outstanding and no completion is to come, so nothing of any command
     /// is reachable. Before that, a command released here could complete
     /// while the target can still reach its memory.
-    pub(super) fn teardown(&self) {
+    pub(super) fn teardown<H: CmHandler + QpHandler<CmdData = Slot>>(&self, conn: &Connection<H>) {
         // Outside the lock (the last reference frees its task, which takes
         // libiscsi's locks), before the slow frees.
-        for s in self.slots.iter() {
+        for s in conn.cmd_data() {
             drop(s.teardown());
         }
         let mut at = 0;
@@ -468,16 +464,20 @@ impl Cmds {
     /// Whether no command is live on any slot (every word quiet) and riser
     /// holds no task reference (none in a slot, none for a control PDU's
     /// SEND, no TMF Response held).
-    pub(super) fn owes_nothing(&self) -> bool {
-        self.slots
-            .iter()
+    pub(super) fn owes_nothing<H: CmHandler + QpHandler<CmdData = Slot>>(
+        &self,
+        conn: &Connection<H>,
+    ) -> bool {
+        conn.cmd_data()
             .all(|s| s.word().quiet() && !s.word().holds_ref() && s.hold.is_empty())
             && self.track.lock().owes_nothing()
     }
 
     /// The completion words and LUNs of the slots.
-    fn words(&self) -> impl Iterator<Item = (Word, [u8; 8])> + '_ {
-        self.slots.iter().map(|s| (s.word(), s.lun()))
+    fn words<H: CmHandler + QpHandler<CmdData = Slot>>(
+        conn: &Connection<H>,
+    ) -> impl Iterator<Item = (Word, [u8; 8])> + '_ {
+        conn.cmd_data().map(|s| (s.word(), s.lun()))
     }
 
     /// The word of the slot `claim` holds, if it may take a new command:
@@ -485,12 +485,12 @@ impl Cmds {
     /// mapped into the slot's MR: a remap while the last command's key is
     /// valid would hand that key the new command's pages.
     #[inline(always)]
-    pub(super) fn quiet<'a, H: CmHandler + QpHandler>(
+    pub(super) fn quiet<'a, H: CmHandler + QpHandler<CmdData = Slot>>(
         &'a self,
         claim: &'a CmdClaim<'_, H>,
     ) -> Result<Quiet<'a>> {
         let idx = claim.index();
-        let slot = self.slots.get(usize::from_safe_cast(idx)).ok_or(EINVAL)?;
+        let slot = claim.data();
         let word = slot.word();
         if !word.quiet() {
             return Err(Self::slot_reused(idx));
@@ -505,7 +505,7 @@ impl Cmds {
     /// the word found, and what waited for the post (a response that came
     /// in the window: its LOCAL_INV, or its completion) goes now.
     #[inline(always)]
-    pub(super) fn posted<H: CmHandler + QpHandler>(
+    pub(super) fn posted<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         p: Published<'_>,
@@ -535,13 +535,13 @@ impl Cmds {
     /// target's are refused in [`Cmds::response_arrived`]): a warning, and
     /// the connection fails.
     #[inline]
-    pub(super) fn slot_event<H: CmHandler + QpHandler>(
+    pub(super) fn slot_event<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         idx: u32,
         f: impl Fn(Word) -> core::result::Result<Step, Violation>,
     ) -> Done {
-        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
+        let Some(s) = conn.cmd_ref(idx).map(|c| c.data()) else {
             return Done {
                 task: None,
                 failure: Some(Self::own_violation(idx, Violation::Unexpected)),
@@ -559,7 +559,7 @@ impl Cmds {
     /// Does what a published step says. Inlined: called by every
     /// completion, with a step that is mostly known at the call.
     #[inline]
-    fn finish<H: CmHandler + QpHandler>(
+    fn finish<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         idx: u32,
@@ -606,7 +606,7 @@ impl Cmds {
     /// an invalidation of any key but the one the command gave the target,
     /// and on the command's ITT with bits libiscsi ignores set (libiscsi
     /// would complete the command on it).
-    pub(super) fn response_arrived<H: CmHandler + QpHandler>(
+    pub(super) fn response_arrived<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         idx: u32,
@@ -614,13 +614,14 @@ impl Cmds {
         invalidated: Option<u32>,
         task_ref: impl FnOnce() -> Option<TaskRef>,
     ) -> FailResult<Option<TaskRef>> {
-        let Some(s) = self.slots.get(usize::from_safe_cast(idx)) else {
+        let Some(c) = conn.cmd_ref(idx) else {
             return Err(match invalidated {
                 Some(rkey) => failure::foreign(rkey, TargetOpcode::ScsiResponse, itt),
                 // Beyond the slots: no command of this connection's.
                 None => Self::not_posted(itt),
             });
         };
+        let s = c.data();
         let r = slot::Response {
             itt,
             invalidated,
@@ -638,7 +639,7 @@ impl Cmds {
             if s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok() {
                 if invalidated.is_some() {
                     Counters::bump(&self.counters.remote_invs, 1);
-                    conn.mr_invalidated(idx);
+                    c.mr_invalidated();
                 }
                 return Ok(None);
             }
@@ -676,7 +677,7 @@ impl Cmds {
         // LOCAL_INV ends it then.
         if invalidated.is_some() && !step.word.key_valid() {
             Counters::bump(&self.counters.remote_invs, 1);
-            conn.mr_invalidated(idx);
+            c.mr_invalidated();
         }
         let (step, spare) = match step.task_ref {
             // The reference is in the slot already.
@@ -807,16 +808,13 @@ impl Cmds {
     /// command's registration not posted yet). Out of line, as the events
     /// that may call it are the common path when the target invalidates.
     #[inline(never)]
-    pub(super) fn invalidate<H: CmHandler + QpHandler>(
+    pub(super) fn invalidate<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         idx: u32,
     ) -> FailResult {
         self.counters.local_invs.add(1, Relaxed);
-        let rkey = self
-            .slots
-            .get(usize::from_safe_cast(idx))
-            .map_or(0, |s| s.rkey.load(Acquire));
+        let rkey = conn.cmd_ref(idx).map_or(0, |c| c.data().rkey.load(Acquire));
         conn.post_send(SendOp::LocalInv {
             mr: idx,
             rkey,
@@ -830,10 +828,13 @@ impl Cmds {
     }
 
     /// The held TMF Response, if the commands it waits for are done.
-    pub(super) fn release_held(&self) -> Option<Bhs> {
+    pub(super) fn release_held<H: CmHandler + QpHandler<CmdData = Slot>>(
+        &self,
+        conn: &Connection<H>,
+    ) -> Option<Bhs> {
         let mut t = self.track.lock();
         let scope = t.held.as_ref()?.scope;
-        if keeps_tmf(scope, self.words()) {
+        if keeps_tmf(scope, Self::words(conn)) {
             return None;
         }
         self.tmf_held.store(false, Relaxed);
@@ -845,9 +846,12 @@ impl Cmds {
     /// the events' fully ordered exchanges, and set by
     /// [`Cmds::tmf_response`] with one before it reads the words: one of the
     /// two sees the other.
-    pub(super) fn events_done(&self) -> Option<Bhs> {
+    pub(super) fn events_done<H: CmHandler + QpHandler<CmdData = Slot>>(
+        &self,
+        conn: &Connection<H>,
+    ) -> Option<Bhs> {
         if self.tmf_held.load(Relaxed) {
-            self.release_held()
+            self.release_held(conn)
         } else {
             None
         }
@@ -863,7 +867,7 @@ impl Cmds {
     /// A TMF Response for the request `req` arrived: if the target ended
     /// commands, their registrations are invalidated, and the response is
     /// held until none of them is reachable. Returns whether it is held.
-    pub(super) fn tmf_response<H: CmHandler + QpHandler>(
+    pub(super) fn tmf_response<H: CmHandler + QpHandler<CmdData = Slot>>(
         &self,
         conn: &Connection<H>,
         req: TmfRequest,
@@ -871,7 +875,7 @@ impl Cmds {
     ) -> FailResult<bool> {
         let mut failure = None;
         if tmf::tmf_response(bhs) == tmf::FUNCTION_COMPLETE {
-            for (i, s) in self.slots.iter().enumerate() {
+            for (i, s) in conn.cmd_data().enumerate() {
                 let w = s.word();
                 if !w.itt().is_some_and(|itt| req.scope.covers(itt, &s.lun())) {
                     continue;
@@ -900,6 +904,6 @@ impl Cmds {
             // Fully ordered: the words are read after it.
             self.tmf_held.xchg(true, Full);
         }
-        Ok(self.release_held().is_none())
+        Ok(self.release_held(conn).is_none())
     }
 }

@@ -17,7 +17,8 @@ use super::{
     },
     memory::{
         slot_of,
-        Done, //
+        Done,
+        Slot, //
     },
     tags::SendTag,
     ASYNC_PER_SEC, //
@@ -324,7 +325,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
             if let Some(SendTag::Slot(idx)) = res.tx.tags().kind(tag) {
                 fault::delay_send_done();
                 delayed = true;
-                if res.cmds.send_completed_untouched(idx) {
+                if res.cmds.send_completed_untouched(&res.conn, idx) {
                     // As below: the tag is free before the command may
                     // complete.
                     done.release();
@@ -442,12 +443,14 @@ fn after_events(ep: &IserConn, res: &Res, ev: Option<Done>) {
             drop(t);
         }
     }
-    if let Some(bhs) = res.cmds.events_done() {
+    if let Some(bhs) = res.cmds.events_done(&res.conn) {
         ep.deliver_held(bhs);
     }
 }
 
 impl QpHandler for IserConn {
+    type CmdData = Slot;
+
     fn qp_event(&self, ev: AsyncEvent) {
         // The provider may report from atomic context, under locks
         // libiscsi's failure path could meet: reported from a workqueue.

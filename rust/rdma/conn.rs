@@ -150,7 +150,7 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
     unsignaled: KBox<Tag>,
     /// The command slots and their MRs, made once the session's size is
     /// known ([`Connection::make_cmd_slots`]).
-    slots: SetOnce<CmdSlots>,
+    slots: SetOnce<CmdSlots<H::CmdData>>,
     caps: ConnCaps,
     /// Inline bytes per send the QP takes.
     max_inline: u32,
@@ -161,27 +161,29 @@ pub(crate) struct Connection<H: CmHandler + QpHandler> {
 
 /// A connection's command slots, each with the MR it registers (slot `i`
 /// holds MR `i`): dropped with the connection, after its QP.
-struct CmdSlots {
-    cmds: KVec<CmdSlot>,
+struct CmdSlots<D> {
+    cmds: KVec<CmdSlot<D>>,
     /// The domain of the slot tokens that claim them.
     domain: SlotDomain,
 }
 
 /// The MRs of a connection's command slots, made ahead of
 /// [`Connection::install_cmd_slots`] (in process context: allocating them
-/// may sleep), with room for the slots.
-pub(crate) struct CmdSlotsMade {
+/// may sleep), with room for the slots, and the user's state of each slot
+/// (`D`).
+pub(crate) struct CmdSlotsMade<D> {
     pd: Arc<Pd>,
     mrs: KVec<MrSlot>,
     hdrs: KVec<DmaBuf>,
-    cmds: KVec<CmdSlot>,
+    data: KVec<D>,
+    cmds: KVec<CmdSlot<D>>,
 }
 
-impl CmdSlotsMade {
+impl<D> CmdSlotsMade<D> {
     /// `n` MRs of `pages` pages each in `pd`, and `n` header buffers of
     /// `hdr_len` bytes each, on `align`-byte lines of their own, mapped on
-    /// `dev` (`pd`'s device) for the slots' SENDs from a buffer. Process
-    /// context.
+    /// `dev` (`pd`'s device) for the slots' SENDs from a buffer, and the
+    /// user's state of each slot, made by `data`. Process context.
     pub(crate) fn new(
         pd: &Arc<Pd>,
         dev: &DeviceRef,
@@ -189,13 +191,16 @@ impl CmdSlotsMade {
         pages: u32,
         hdr_len: usize,
         align: usize,
+        mut data: impl FnMut() -> D,
     ) -> Result<Self> {
         if dev.raw() != pd.device_ptr() {
             return Err(EINVAL);
         }
         let mut mrs = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
+        let mut datas = KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?;
         for _ in 0..n {
             mrs.push(MrSlot::new(pd, pages)?, GFP_KERNEL)?;
+            datas.push(data(), GFP_KERNEL)?;
         }
         let hdrs = DmaBuf::carve_into(
             dev,
@@ -208,8 +213,30 @@ impl CmdSlotsMade {
             pd: pd.clone(),
             mrs,
             hdrs,
+            data: datas,
             cmds: KVec::with_capacity(usize::from_safe_cast(n), GFP_KERNEL)?,
         })
+    }
+}
+
+/// One command slot of a connection, found by its index, for the
+/// completions: the user's state of it, and its MR's.
+pub(crate) struct CmdRef<'a, D> {
+    slot: &'a CmdSlot<D>,
+}
+
+impl<'a, D> CmdRef<'a, D> {
+    /// The user's state of the slot.
+    #[inline(always)]
+    pub(crate) fn data(&self) -> &'a D {
+        self.slot.data()
+    }
+
+    /// Records that the peer invalidated the slot's MR (SEND_WITH_INV
+    /// naming its rkey).
+    #[inline(always)]
+    pub(crate) fn mr_invalidated(&self) {
+        self.slot.mr().valid.store(false, Ordering::Release);
     }
 }
 
@@ -219,7 +246,9 @@ impl CmdSlotsMade {
 // the holder of its command slot's claim (`CmdClaim`, which holds the
 // slot's `SlotToken`: one at a time, each one's end ordered before the
 // next's start), so by one CPU at a time, and so are a command slot's
-// work requests; everything may be released from any thread.
+// work requests; the command slots' user state is `Send` and `Sync`
+// (`QpHandler::CmdData`'s bounds); everything may be released from any
+// thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
@@ -334,7 +363,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     /// Allocates nothing (the MRs were made ahead, outside any read-side
     /// section): a connection sized for the largest session installs only
     /// what its session can use.
-    pub(crate) fn install_cmd_slots(&self, made: CmdSlotsMade, domain: SlotDomain) -> Result {
+    pub(crate) fn install_cmd_slots(
+        &self,
+        made: CmdSlotsMade<H::CmdData>,
+        domain: SlotDomain,
+    ) -> Result {
         if self.qp_destroyed {
             return Err(ENOTCONN);
         }
@@ -342,6 +375,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             pd,
             mrs,
             hdrs,
+            data,
             mut cmds,
         } = made;
         let n = mrs.len();
@@ -350,6 +384,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             || n > usize::from_safe_cast(self.caps.cmd_slots)
             || cmds.capacity() < n
             || hdrs.len() != n
+            || data.len() != n
         {
             return Err(EINVAL);
         }
@@ -357,7 +392,8 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             return Err(EBUSY);
         }
         let unsig = (&raw const self.unsignaled.cqe).cast_mut();
-        for (i, (mr, hdr)) in (0..self.caps.cmd_slots).zip(mrs.into_iter().zip(hdrs)) {
+        let parts = mrs.into_iter().zip(hdrs).zip(data);
+        for (i, ((mr, hdr), data)) in (0..self.caps.cmd_slots).zip(parts) {
             // `cmd_tag_base + cmd_slots` <= `send_tags` (checked in `parts`).
             let tag = self.caps.cmd_tag_base + i;
             let t = self
@@ -368,7 +404,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             // `i`'s alone (the tags `cmd_tag_base..` are the slots', in
             // order); `send_tags` is never grown, and a slot's tag is
             // reached only through the connection, alive then.
-            let slot = unsafe { CmdSlot::new(mr, hdr, t, unsig) };
+            let slot = unsafe { CmdSlot::new(mr, hdr, t, unsig, data) };
             // Within the capacity checked above: nothing is allocated.
             cmds.push(slot, GFP_ATOMIC)?;
         }
@@ -391,8 +427,23 @@ impl<H: CmHandler + QpHandler> Connection<H> {
     }
 
     /// Command slot `idx`, if made.
-    fn cmd(&self, idx: u32) -> Option<&CmdSlot> {
+    #[inline(always)]
+    fn cmd(&self, idx: u32) -> Option<&CmdSlot<H::CmdData>> {
         self.slots.as_ref()?.cmds.get(usize::from_safe_cast(idx))
+    }
+
+    /// Command slot `idx`, if made, for its completions.
+    #[inline(always)]
+    pub(crate) fn cmd_ref(&self, idx: u32) -> Option<CmdRef<'_, H::CmdData>> {
+        self.cmd(idx).map(|slot| CmdRef { slot })
+    }
+
+    /// The user's state of every command slot made.
+    pub(crate) fn cmd_data(&self) -> impl Iterator<Item = &H::CmdData> {
+        self.slots
+            .as_ref()
+            .into_iter()
+            .flat_map(|s| s.cmds.iter().map(CmdSlot::data))
     }
 
     /// The CM id.
@@ -591,14 +642,6 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `destroy_qp` needs `&mut self`); the tag's completions reach
         // this connection's handler.
         unsafe { t.post(self.qp.as_ptr()) }
-    }
-
-    /// Records that the peer invalidated MR `mr` (SEND_WITH_INV naming its
-    /// rkey).
-    pub(crate) fn mr_invalidated(&self, mr: u32) {
-        if let Some(s) = self.mr(mr) {
-            s.valid.store(false, Ordering::Release);
-        }
     }
 
     /// Posts `op`, the rare requests (control PDUs, Data-Outs, a command's

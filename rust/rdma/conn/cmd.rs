@@ -80,18 +80,20 @@ struct Wrs {
 /// while it holds the slot's send tag, and read by the device only
 /// through a SEND posted by such a claim, which hands the tag to its
 /// completion: so no two writes, and no write and device read, overlap.
-pub(super) struct CmdSlot {
+pub(super) struct CmdSlot<D> {
     wrs: UnsafeCell<Wrs>,
     mr: MrSlot,
     tag: NonNull<Tag>,
     hdr: DmaBuf,
+    /// The user's own state of the slot (the handler's `CmdData`).
+    data: D,
 }
 
-impl CmdSlot {
+impl<D> CmdSlot<D> {
     /// The slot of MR `mr` (in the connection's PD), sending from header
     /// buffer `hdr` (mapped on the connection's device, for it to read) on
-    /// tag `tag`, its unsignaled requests on `unsig`. Linked by
-    /// [`CmdSlot::link`] once it is at its place.
+    /// tag `tag`, its unsignaled requests on `unsig`, with the user's
+    /// state `data`. Linked by [`CmdSlot::link`] once it is at its place.
     ///
     /// # Safety
     ///
@@ -102,6 +104,7 @@ impl CmdSlot {
         hdr: DmaBuf,
         tag: &Tag,
         unsig: *mut bindings::ib_cqe,
+        data: D,
     ) -> Self {
         let tag_cqe = (&raw const tag.cqe).cast_mut();
         let mut w = Wrs {
@@ -127,6 +130,7 @@ impl CmdSlot {
             mr,
             tag: NonNull::from(tag),
             hdr,
+            data,
         }
     }
 
@@ -134,6 +138,12 @@ impl CmdSlot {
     #[inline(always)]
     pub(super) fn mr(&self) -> &MrSlot {
         &self.mr
+    }
+
+    /// The user's state of the slot.
+    #[inline(always)]
+    pub(super) fn data(&self) -> &D {
+        &self.data
     }
 
     /// Links the slot's requests to each other, at the address where they
@@ -220,7 +230,7 @@ impl CmdRefused {
 pub(crate) struct CmdClaim<'a, H: CmHandler + QpHandler> {
     conn: &'a Connection<H>,
     idx: u32,
-    slot: &'a CmdSlot,
+    slot: &'a CmdSlot<H::CmdData>,
     _token: SlotToken<'a>,
     tag: &'a Tag,
     tag_held: Cell<bool>,
@@ -264,6 +274,12 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
     /// does.
     pub(crate) fn index(&self) -> u32 {
         self.idx
+    }
+
+    /// The user's state of the slot claimed.
+    #[inline(always)]
+    pub(crate) fn data(&self) -> &'a H::CmdData {
+        self.slot.data()
     }
 
     /// Maps `sg` into the slot's MR with a fresh key (`MrSlot::map`);

@@ -506,6 +506,10 @@ unsafe fn end_read<H: QpHandler + ?Sized>(
 /// Receives the completions of a [`Connection`]'s work requests, in softirq
 /// context, by the tag the work request was posted with.
 pub(crate) trait QpHandler: Send + Sync + 'static {
+    /// The handler's own state of each command slot, kept in the slot
+    /// ([`CmdClaim::data`](super::CmdClaim::data),
+    /// [`CmdRef::data`](super::CmdRef::data)).
+    type CmdData: Send + Sync + 'static;
     /// A receive completed: `rx` reads it, and reposts it or (dropped)
     /// leaves the tag idle.
     fn recv_done(&self, rx: Received<'_, Self>);
