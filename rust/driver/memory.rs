@@ -403,21 +403,13 @@ impl Cmds {
         &self.track
     }
 
-    /// The command SEND of slot `idx` completed (successfully) while its
+    /// The command SEND of slot `s` completed (successfully) while its
     /// response is still to come, the common case: one
     /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
     /// Whether it did; if not, nothing changed, and
     /// [`Cmds::send_completed`] decides.
     #[inline(always)]
-    pub(super) fn send_completed_untouched<H: CmHandler + QpHandler<CmdData = Slot>>(
-        &self,
-        conn: &Connection<H>,
-        idx: u32,
-    ) -> bool {
-        let Some(c) = conn.cmd_ref(idx) else {
-            return false;
-        };
-        let s = c.data();
+    pub(super) fn send_completed_untouched(&self, s: &Slot) -> bool {
         let cur = s.word();
         cur.send_due()
             && slot::send_done_waits(cur)

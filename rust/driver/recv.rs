@@ -317,23 +317,20 @@ pub(super) fn wc_failed(ep: &IserConn, recv: bool, tag: u32, wc: Wc) {
 /// goes in line with nothing but the slot word's exchange; everything
 /// else goes out of line, so that this path spills nothing.
 #[inline(always)]
-pub(super) fn completed(ep: &IserConn, done: SendDone<'_>, wc: Wc) {
-    let tag = done.tag();
+pub(super) fn completed(ep: &IserConn, done: SendDone<'_, Slot>, wc: Wc) {
     let mut delayed = false;
-    if wc.ok() && tag != UNSIGNALED_TAG {
+    if let Some(cmd) = done.cmd().filter(|_| wc.ok()) {
         if let Some(res) = ep.res() {
-            if let Some(SendTag::Slot(idx)) = res.tx.tags().kind(tag) {
-                fault::delay_send_done();
-                delayed = true;
-                if res.cmds.send_completed_untouched(&res.conn, idx) {
-                    // As below: the tag is free before the command may
-                    // complete.
-                    done.release();
-                    if res.cmds.tmf_waits() {
-                        completed_held(ep, &res);
-                    }
-                    return;
+            fault::delay_send_done();
+            delayed = true;
+            if res.cmds.send_completed_untouched(cmd.data()) {
+                // As below: the tag is free before the command may
+                // complete.
+                done.release();
+                if res.cmds.tmf_waits() {
+                    completed_held(ep, &res);
                 }
+                return;
             }
         }
     }
@@ -351,7 +348,13 @@ fn completed_held(ep: &IserConn, res: &Res) {
 /// value, as in [`deliver_other`]: a send's completion invalidates
 /// nothing.
 #[inline(never)]
-fn completed_other(ep: &IserConn, done: SendDone<'_>, status: u32, byte_len: u32, delayed: bool) {
+fn completed_other(
+    ep: &IserConn,
+    done: SendDone<'_, Slot>,
+    status: u32,
+    byte_len: u32,
+    delayed: bool,
+) {
     let wc = Wc {
         status,
         byte_len,
@@ -417,7 +420,7 @@ fn completed_other(ep: &IserConn, done: SendDone<'_>, status: u32, byte_len: u32
 
 /// A control PDU's SEND completed (`done`): the task reference its tag
 /// held, if any, goes once the tag is free.
-fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_>) {
+fn control_done(ep: &IserConn, res: &Res, done: SendDone<'_, Slot>) {
     let r = res
         .cmds
         .track()
@@ -486,7 +489,7 @@ impl QpHandler for IserConn {
     }
 
     #[inline]
-    fn send_done(&self, done: SendDone<'_>, wc: Wc) {
+    fn send_done(&self, done: SendDone<'_, Slot>, wc: Wc) {
         completed(self, done, wc);
     }
 }

@@ -219,6 +219,20 @@ impl<D> CmdSlotsMade<D> {
     }
 }
 
+impl<'a, D> SendDone<'a, D> {
+    /// The command slot whose send tag this is, if it is one's (and known
+    /// yet: `None` too for a completion that raced the slots'
+    /// installation, which the tag number then names).
+    #[inline(always)]
+    pub(crate) fn cmd(&self) -> Option<CmdRef<'a, D>> {
+        let p = NonNull::new(self.tag?.cmd.load(Ordering::Acquire))?;
+        // SAFETY: A tag's command slot, once set, is a `CmdSlot<D>` alive
+        // for `'a` (`SendDone`'s invariant).
+        let slot = unsafe { p.cast::<CmdSlot<D>>().as_ref() };
+        Some(CmdRef { slot })
+    }
+}
+
 /// One command slot of a connection, found by its index, for the
 /// completions: the user's state of it, and its MR's.
 pub(crate) struct CmdRef<'a, D> {
@@ -413,11 +427,20 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         cmds.iter_mut().for_each(CmdSlot::link);
         // Two callers at once: one set is kept, the other's dropped
         // unused (nothing posted names it).
-        if self.slots.populate(CmdSlots { cmds, domain }) {
-            Ok(())
-        } else {
-            Err(EBUSY)
+        if !self.slots.populate(CmdSlots { cmds, domain }) {
+            return Err(EBUSY);
         }
+        // Each tag leads its completions to its slot from now on (one that
+        // comes before finds none, and the tag's number names the slot).
+        for c in self.slots.as_ref().into_iter().flat_map(|s| s.cmds.iter()) {
+            // INVARIANT: the slot whose tag this is (its own), of this
+            // connection's `CmdData`, at its place for good (installed
+            // above) and alive while the connection is.
+            c.tag()
+                .cmd
+                .store(core::ptr::from_ref(c).cast_mut().cast(), Ordering::Release);
+        }
+        Ok(())
     }
 
     /// MR `mr`'s slot (command slot `mr`'s), if made.
@@ -865,8 +888,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // new request on the tag could have its bookkeeping taken by this
         // completion.
         // SAFETY: ib_core reports each posted request's completion once;
-        // this is the completion of the request `tag` was held for.
-        let done = unsafe { SendDone::new(tag) };
+        // this is the completion of the request `tag` was held for. The
+        // tag is this connection's, whose command slot, if set, is one of
+        // its `CmdSlot<H::CmdData>`s, alive while the completion is handled
+        // (the slots go after the QP).
+        let done = unsafe { SendDone::<H::CmdData>::new(tag) };
         // Checked before anything is read through it, as in
         // `recv_done_cb`: with no QP there is no handler to tell, and the
         // tag goes back as `done` drops.

@@ -146,6 +146,14 @@ impl<D> CmdSlot<D> {
         &self.data
     }
 
+    /// The slot's send tag.
+    pub(super) fn tag(&self) -> &Tag {
+        // SAFETY: The slot's tag is one of its connection's send tags,
+        // valid whenever the slot is reached through the connection (type
+        // invariant), as it is to call this.
+        unsafe { self.tag.as_ref() }
+    }
+
     /// Links the slot's requests to each other, at the address where they
     /// stay.
     pub(super) fn link(&mut self) {

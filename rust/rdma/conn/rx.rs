@@ -522,7 +522,7 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
     /// [`UNSIGNALED_TAG`](super::UNSIGNALED_TAG), on error only. The tag stays taken (no work
     /// request can be posted on it) until `done` is released or dropped,
     /// so what the handler keeps by tag is still the completed request's.
-    fn send_done(&self, done: SendDone<'_>, wc: Wc);
+    fn send_done(&self, done: SendDone<'_, Self::CmdData>, wc: Wc);
     /// The QP reported an asynchronous event (possibly in atomic context:
     /// providers report from their completion paths).
     fn qp_event(&self, _ev: super::super::AsyncEvent) {}

@@ -12,6 +12,8 @@ use super::dma::{
 };
 use crate::bindings;
 use core::{
+    ffi::c_void,
+    marker::PhantomData,
     ptr::{
         null_mut,
         NonNull, //
@@ -67,25 +69,30 @@ pub(crate) const UNSIGNALED_TAG: u32 = u32::MAX;
 ///
 /// `tag`, when set, is held by the signaled send whose completion is
 /// being handled, and nothing else releases it: only this value does,
-/// once.
-pub(crate) struct SendDone<'a> {
+/// once. Its command slot (`Tag::cmd`), if set, is a `CmdSlot<D>` alive
+/// for `'a`.
+pub(crate) struct SendDone<'a, D> {
     /// The tag, for a signaled request; `None` for an unsignaled one's
     /// error.
-    tag: Option<&'a Tag>,
+    pub(super) tag: Option<&'a Tag>,
+    _data: PhantomData<&'a D>,
 }
 
-impl<'a> SendDone<'a> {
+impl<'a, D> SendDone<'a, D> {
     /// The completion of the request last posted on `tag`.
     ///
     /// # Safety
     ///
     /// `tag`'s last work request has completed and this completion is
     /// being handled: one `SendDone` per completion (the tag is released
-    /// when it goes, freeing what the request held).
+    /// when it goes, freeing what the request held). The tag's command
+    /// slot, if set, is a `CmdSlot<D>` alive for `'a`.
     pub(super) unsafe fn new(tag: &'a Tag) -> Self {
-        // INVARIANT: the caller hands over the completed request's hold.
+        // INVARIANT: the caller hands over the completed request's hold,
+        // and vouches for the tag's command slot.
         Self {
             tag: (tag.id != UNSIGNALED_TAG).then_some(tag),
+            _data: PhantomData,
         }
     }
 
@@ -111,7 +118,7 @@ impl<'a> SendDone<'a> {
     }
 }
 
-impl Drop for SendDone<'_> {
+impl<D> Drop for SendDone<'_, D> {
     fn drop(&mut self) {
         if let Some(t) = self.tag.take() {
             t.release();
@@ -125,6 +132,9 @@ impl Drop for SendDone<'_> {
 ///
 /// `keep` is null, dangling (a request that keeps nothing), or came from
 /// `Arc::<DmaBufs>::into_raw` and is owned by the tag until taken back.
+/// `cmd` is null, or the command slot (of the connection's handler's
+/// `CmdData`) whose send tag this is, set once the connection's slots are
+/// installed and valid while the connection is.
 #[repr(C)]
 pub(super) struct Tag {
     pub(super) cqe: bindings::ib_cqe,
@@ -133,6 +143,8 @@ pub(super) struct Tag {
     /// Work requests held on the tag so far (wrapping); written only by
     /// the holder, after it took the tag.
     pub(super) posts: AtomicU32,
+    /// The command slot this tag is the send tag of, if any.
+    pub(super) cmd: AtomicPtr<c_void>,
 }
 
 /// The completion callback of a tag: ib_core calls it with the CQ and the
@@ -146,6 +158,7 @@ impl Tag {
             id,
             keep: AtomicPtr::new(null_mut()),
             posts: AtomicU32::new(0),
+            cmd: AtomicPtr::new(null_mut()),
         }
     }
 
