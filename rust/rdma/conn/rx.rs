@@ -37,6 +37,7 @@ use crate::{
     },
 };
 use core::{
+    cell::UnsafeCell,
     ptr::NonNull,
     sync::atomic::{
         AtomicBool,
@@ -251,7 +252,10 @@ impl Gate {
 /// `&Connection` are excluded by `destroy_qp`'s `&mut`, and a [`Received`]
 /// posts inside the read-side section its completion callback holds.
 /// `sge` names all of `buf` (its DMA address and length, with the PD's
-/// local DMA lkey) and is never written after `new`.
+/// local DMA lkey) and is never written after `new`. `wr` is read and
+/// written only by the slot's poster (the one that moved the gate to
+/// `POSTED`, one at a time), who links it to the slot where the slot is
+/// (`sg_list` is `&sge` and `wr_cqe` is `&cqe` when it posts it).
 #[repr(C)]
 pub(super) struct RecvSlot {
     pub(super) cqe: bindings::ib_cqe,
@@ -259,6 +263,8 @@ pub(super) struct RecvSlot {
     /// The scatter entry of every receive of the slot, made once: a
     /// repost names it where it is.
     sge: bindings::ib_sge,
+    /// The receive request of the slot, kept from one post to the next.
+    wr: UnsafeCell<bindings::ib_recv_wr>,
     gate: Gate,
     buf: RecvBuf,
 }
@@ -277,6 +283,7 @@ impl RecvSlot {
             cqe: bindings::ib_cqe { done: Some(done) },
             id,
             sge,
+            wr: UnsafeCell::new(bindings::ib_recv_wr::default()),
             gate: Gate::new(),
             buf,
         })
@@ -321,22 +328,36 @@ impl RecvSlot {
             return Err(EIO);
         }
         self.buf.0.give_to_device();
+        // SAFETY: The caller moved the slot to `POSTED` (function
+        // contract): the request is this call's alone (type invariant).
+        let wr = unsafe { &mut *self.wr.get() };
         // The provider only reads the scatter list (`sg_list` is a mutable
         // pointer in the C declaration, which takes the list as `const`
-        // with the request): the slot's entry, never written.
-        let mut wr = bindings::ib_recv_wr {
-            sg_list: (&raw const self.sge).cast_mut(),
-            num_sge: 1,
-            ..Default::default()
-        };
-        // SAFETY: Writing the `wr_cqe` member of the union.
-        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const self.cqe).cast_mut() };
+        // with the request): the slot's entry, never written. Linked once,
+        // where the slot is (again if it moved).
+        let sge = (&raw const self.sge).cast_mut();
+        if wr.sg_list != sge {
+            self.link(wr, sge);
+        }
         let mut bad = core::ptr::null();
         // SAFETY: `qp` is valid (this function's contract); `wr` and the
         // slot's `sge` outlive the call, and the provider only reads them;
         // the slot and its buffer live as long as the connection, whose QP
         // is destroyed (its receives completed) before either goes.
-        post_result(unsafe { ib_post_recv(qp, &wr, &mut bad) })
+        post_result(unsafe { ib_post_recv(qp, wr, &mut bad) })
+    }
+
+    /// Links the slot's request `wr` to the slot where it is: its entry
+    /// `sge` and its completion entry.
+    #[cold]
+    fn link(&self, wr: &mut bindings::ib_recv_wr, sge: *mut bindings::ib_sge) {
+        *wr = bindings::ib_recv_wr {
+            sg_list: sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        // SAFETY: Writing the `wr_cqe` member of the union.
+        unsafe { *wr.__bindgen_anon_1.wr_cqe.as_mut() = (&raw const self.cqe).cast_mut() };
     }
 
     /// Back to idle once the QP is destroyed: no receive is posted then,
