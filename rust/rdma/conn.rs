@@ -261,9 +261,9 @@ impl<'a, D> CmdRef<'a, D> {
 // slot's `SlotToken`: one at a time, each one's end ordered before the
 // next's start), so by one CPU at a time, and so are a command slot's
 // work requests; a receive slot's request is written only by the poster
-// its gate admits, one at a time; the command slots' user state is `Send` and `Sync`
-// (`QpHandler::CmdData`'s bounds); everything may be released from any
-// thread.
+// its gate admits, one at a time; the command slots' user state is
+// `Send` and `Sync` (`QpHandler::CmdData`'s bounds); everything may be
+// released from any thread.
 unsafe impl<H: CmHandler + QpHandler> Send for Connection<H> {}
 // SAFETY: As above.
 unsafe impl<H: CmHandler + QpHandler> Sync for Connection<H> {}
