@@ -110,6 +110,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// The command SEND of this slot completed (successfully) while its
+    /// response is still to come, the common case: one
+    /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
+    /// Whether it did; if not, nothing changed, and
+    /// [`Cmds::send_completed`] decides.
+    #[inline(always)]
+    pub(super) fn send_completed_untouched(&self) -> bool {
+        let cur = self.word();
+        cur.send_due()
+            && slot::send_done_waits(cur)
+                .is_some_and(|next| self.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok())
+    }
+
     pub(super) fn new() -> Self {
         Self {
             word: Atomic::new(Word::default().raw()),
@@ -403,22 +416,9 @@ impl Cmds {
         &self.track
     }
 
-    /// The command SEND of slot `s` completed (successfully) while its
-    /// response is still to come, the common case: one
-    /// compare-and-exchange clears `SEND` ([`slot::send_done_waits`]).
-    /// Whether it did; if not, nothing changed, and
-    /// [`Cmds::send_completed`] decides.
-    #[inline(always)]
-    pub(super) fn send_completed_untouched(&self, s: &Slot) -> bool {
-        let cur = s.word();
-        cur.send_due()
-            && slot::send_done_waits(cur)
-                .is_some_and(|next| s.word.cmpxchg(cur.raw(), next.raw(), Full).is_ok())
-    }
-
     /// The command SEND of slot `idx` completed (successfully), if the
     /// slot's command waits for it (`None` if not: the slot's tag carried
-    /// another PDU), where [`Cmds::send_completed_untouched`] did not end
+    /// another PDU), where [`Slot::send_completed_untouched`] did not end
     /// it: [`slot::send_done`] decides (it agrees with that shortcut where
     /// the shortcut applies, as proto's tests check).
     pub(super) fn send_completed<H: CmHandler + QpHandler<CmdData = Slot>>(

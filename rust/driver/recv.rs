@@ -323,7 +323,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_, Slot>, wc: Wc) {
         if let Some(res) = ep.res() {
             fault::delay_send_done();
             delayed = true;
-            if res.cmds.send_completed_untouched(cmd.data()) {
+            if cmd.data().send_completed_untouched() {
                 // As below: the tag is free before the command may
                 // complete.
                 done.release();
