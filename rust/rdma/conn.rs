@@ -407,6 +407,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             return Err(EBUSY);
         }
         let unsig = (&raw const self.unsignaled.cqe).cast_mut();
+        let lkey = self.pd.local_dma_lkey();
         let parts = mrs.into_iter().zip(hdrs).zip(data);
         for (i, ((mr, hdr), data)) in (0..self.caps.cmd_slots).zip(parts) {
             // `cmd_tag_base + cmd_slots` <= `send_tags` (checked in `parts`).
@@ -419,7 +420,7 @@ impl<H: CmHandler + QpHandler> Connection<H> {
             // `i`'s alone (the tags `cmd_tag_base..` are the slots', in
             // order); `send_tags` is never grown, and a slot's tag is
             // reached only through the connection, alive then.
-            let slot = unsafe { CmdSlot::new(mr, hdr, t, unsig, data) };
+            let slot = unsafe { CmdSlot::new(mr, hdr, t, unsig, lkey, data) };
             // Within the capacity checked above: nothing is allocated.
             cmds.push(slot, GFP_ATOMIC)?;
         }

@@ -71,7 +71,8 @@ struct Wrs {
 /// `wrs` is at a stable address (the slots' `KVec` is never grown) and
 /// links to itself: `inv.next` is `&reg.wr`, `reg.wr.next` is `&send`,
 /// `send.sg_list` is `sge`; `reg.mr` is the slot's `mr`, the
-/// CQEs are the connection's tags. `tag` points to one of the
+/// CQEs are the connection's tags; `sge[0].lkey` is the local DMA key of
+/// the connection's PD. `tag` points to one of the
 /// connection's send tags (in its `send_tags`, never grown), the slot's
 /// alone: valid whenever the slot is reached through its connection. It is read and written only by the
 /// holder of the slot's claim (a [`CmdClaim`], one at a time). `hdr` is mapped on
@@ -104,6 +105,7 @@ impl<D> CmdSlot<D> {
         hdr: DmaBuf,
         tag: &Tag,
         unsig: *mut bindings::ib_cqe,
+        lkey: u32,
         data: D,
     ) -> Self {
         let tag_cqe = (&raw const tag.cqe).cast_mut();
@@ -117,6 +119,9 @@ impl<D> CmdSlot<D> {
         w.reg.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
         w.reg.mr = mr.mr.as_raw();
         w.send.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        // Every SEND's first entry (its headers, inline or from the slot's
+        // buffer) is in local memory: the key is set once.
+        w.sge[0].lkey = lkey;
         // SAFETY: Writing the `wr_cqe` members of the unions.
         unsafe {
             *w.inv.__bindgen_anon_1.wr_cqe.as_mut() = unsig;
@@ -395,14 +400,12 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 if bytes.is_empty() || bytes.len() > usize::from_safe_cast(conn.max_inline) {
                     return Err(EINVAL);
                 }
-                w.sge[0] = bindings::ib_sge {
-                    // Inline data is named by its kernel virtual address,
-                    // which the provider copies from while posting.
-                    addr: u64::from_safe_cast(bytes.as_ptr().addr()),
-                    // CAST: at most `max_inline` bytes, a u32.
-                    length: bytes.len() as u32,
-                    lkey: conn.pd.local_dma_lkey(),
-                };
+                // Inline data is named by its kernel virtual address,
+                // which the provider copies from while posting (the key,
+                // the PD's local one, is set with the slot).
+                w.sge[0].addr = u64::from_safe_cast(bytes.as_ptr().addr());
+                // CAST: at most `max_inline` bytes, a u32.
+                w.sge[0].length = bytes.len() as u32;
                 w.send.num_sge = 1;
                 let mut flags = bindings::ib_send_flags_IB_SEND_INLINE;
                 if *signaled {
@@ -418,12 +421,11 @@ impl<'a, H: CmHandler + QpHandler> CmdClaim<'a, H> {
                 // it, and no SEND that reads it is outstanding (type
                 // invariant of `CmdSlot`).
                 unsafe { buf.write_exclusive(0, hdr)? };
-                w.sge[0] = bindings::ib_sge {
-                    addr: buf.addr,
-                    // CAST: no longer than the buffer, checked by `write`.
-                    length: hdr.len() as u32,
-                    lkey: conn.pd.local_dma_lkey(),
-                };
+                // The buffer is mapped on the PD's device: its local key
+                // (set with the slot) covers it.
+                w.sge[0].addr = buf.addr;
+                // CAST: no longer than the buffer, checked by `write`.
+                w.sge[0].length = hdr.len() as u32;
                 w.send.num_sge = 1;
                 if let Some(d) = data {
                     // Memory this device may read, and not a buffer (which
