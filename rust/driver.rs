@@ -466,19 +466,14 @@ impl TransportOps for Iser {
             IserConn::deliver_held_later(ep);
         }
         sent?;
-        let n = u64::from(len);
-        match dir {
-            Direction::Write => stats::Counters::bump(&ep.counters.tx_octets, n),
-            Direction::Read => stats::Counters::bump(&ep.counters.rx_octets, n),
-            _ => {}
-        };
+        stats::Counters::bump(ep.counters.octets(dir), u64::from(len));
         Ok(())
     }
 
     fn data_octets(ep: &IserConn) -> (u64, u64) {
         (
-            ep.counters.tx_octets.load(Relaxed),
-            ep.counters.rx_octets.load(Relaxed),
+            ep.counters.octets(Direction::Write).load(Relaxed),
+            ep.counters.octets(Direction::Read).load(Relaxed),
         )
     }
 

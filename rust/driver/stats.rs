@@ -4,7 +4,10 @@
 //! (Documentation/observability.md).
 
 use crate::{
-    iscsi::CustomStats,
+    iscsi::{
+        CustomStats,
+        Direction, //
+    },
     rdma::conn::Wc, //
 };
 use kernel::sync::atomic::{
@@ -48,18 +51,19 @@ pub(crate) struct Counters {
     /// Registrations riser invalidated itself (LOCAL_INV) before
     /// completing their command. The receive and send paths.
     pub(super) local_invs: Atomic<u64>,
-    /// SCSI data octets written and read. `xmit_task`
-    /// ([`Counters::bump`]).
-    pub(super) tx_octets: Atomic<u64>,
-    pub(super) rx_octets: Atomic<u64>,
+    /// SCSI data octets by the command's direction ([`Counters::octets`]):
+    /// written (`Write`'s) and read (`Read`'s); the others' are counted
+    /// and never shown. `xmit_task` ([`Counters::bump`]), one add with no
+    /// branch on the direction.
+    octets: [Atomic<u64>; 4],
     /// Text responses received (discovery). The receive path.
     pub(super) text_rsps: Atomic<u64>,
 }
 
 impl Counters {
     /// Adds `n` to `c`, a counter that one path writes at a time (a
-    /// relaxed load and store, no read-modify-write): `tx_octets` and
-    /// `rx_octets` (`xmit_task`, under the session's `frwd_lock`) and
+    /// relaxed load and store, no read-modify-write): the data
+    /// octets (`xmit_task`, under the session's `frwd_lock`) and
     /// `remote_invs` (the receive completions, which the CQ's poll runs
     /// one at a time). Two writers at once would only lose a count.
     #[inline]
@@ -79,10 +83,16 @@ impl Counters {
             unreg_cmds: Atomic::new(0),
             remote_invs: Atomic::new(0),
             local_invs: Atomic::new(0),
-            tx_octets: Atomic::new(0),
-            rx_octets: Atomic::new(0),
+            octets: [const { Atomic::new(0) }; 4],
             text_rsps: Atomic::new(0),
         }
+    }
+
+    /// The data octets of commands of direction `d`.
+    #[inline(always)]
+    pub(super) fn octets(&self, d: Direction) -> &Atomic<u64> {
+        // CAST: a fieldless enum's discriminant, one of its four variants.
+        &self.octets[d as usize]
     }
 
     /// Counts a completion that did not succeed.
