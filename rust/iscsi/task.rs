@@ -634,7 +634,10 @@ impl<'a, T: TransportOps> XmitTask<'a, T> {
         // `sg` holds the new one (type invariant of `TaskSlot`).
         let m =
             unsafe { T::DataMap::map(dev, keep, (*sc).sdb.table.sgl, (*sc).sdb.table.nents, dir)? };
-        *sg = Some(m);
+        // SAFETY: `sg` is a valid, unique reference, emptied above: the
+        // write drops nothing (an assignment would test the old value
+        // again, which the call made the compiler forget).
+        unsafe { core::ptr::write(sg, Some(m)) };
         Ok(())
     }
 
