@@ -373,7 +373,10 @@ impl<'a, T: TransportOps> Task<'a, T> {
     /// The task's slot index in the session's pool (the ITT's low bits).
     pub(crate) fn index(&self) -> u32 {
         // SAFETY: The task is live (type invariant).
-        unsafe { (*self.raw()).itt }.unsigned_abs()
+        let itt = unsafe { (*self.raw()).itt };
+        // CAST: libiscsi's index in the pool, never negative (one would
+        // be far beyond any slot, refused where slots are looked up).
+        itt as u32
     }
 
     /// Whether this is a SCSI command (else a management PDU).
