@@ -47,6 +47,7 @@ use crate::{
         TransportOps,
         XmitTask, //
     },
+    kernel_ext::rcu::RcuRead,
     kernel_ext::registry::registry,
     kernel_ext::scsi::{
         HostLimits,
@@ -443,8 +444,9 @@ impl TransportOps for Iser {
         ep: ArcBorrow<'_, IserConn>,
         task: &mut XmitTask<'a, Self>,
         slot: SlotToken<'a>,
+        rcu: &RcuRead,
     ) -> Result {
-        let res = ep.res().ok_or(ENODEV)?;
+        let res = ep.res_in(rcu).ok_or(ENODEV)?;
         if !task.is_scsi() {
             return task.detached(|t| send::control(&res, t, slot));
         }

@@ -124,7 +124,10 @@ pub(crate) use transport::{
     Transport, //
 };
 
-use crate::kernel_ext::slot::SlotToken;
+use crate::kernel_ext::{
+    rcu::RcuRead,
+    slot::SlotToken, //
+};
 use core::net::SocketAddr;
 use kernel::sync::aref::ARef;
 use kernel::sync::{Arc, ArcBorrow};
@@ -286,11 +289,13 @@ pub(crate) trait TransportOps: 'static + Sized {
     /// sender's. The endpoint comes borrowed from its `Arc`, which the
     /// driver may clone (to hand work to a queue). `slot` is the sole use
     /// of the task's slot (its index in its session, of the session's
-    /// [`Conn::slot_domain`]) for the call.
+    /// [`Conn::slot_domain`]) for the call. `rcu` is the RCU read-side
+    /// section the call is (bottom halves are off under that lock).
     fn xmit_task<'a>(
         _ep: ArcBorrow<'_, Self::Ep>,
         _task: &mut XmitTask<'a, Self>,
         _slot: SlotToken<'a>,
+        _rcu: &RcuRead,
     ) -> Result {
         Err(EOPNOTSUPP)
     }

@@ -6,6 +6,7 @@
 //! larger, have modules of their own.
 
 pub(crate) mod kunit;
+pub(crate) mod rcu;
 pub(crate) mod registry;
 pub(crate) mod scsi;
 pub(crate) mod sg;

@@ -29,6 +29,11 @@ use super::{
 use crate::{
     fault,
     iscsi::ConnSlot,
+    kernel_ext::rcu::{
+        RcuBox,
+        RcuRead,
+        RcuRef, //
+    },
     params::riser_dbg,
     proto::{
         iser::{
@@ -82,7 +87,6 @@ use kernel::{
     alloc::KBox,
     impl_has_work, new_condvar, new_mutex, new_work,
     prelude::*,
-    revocable::Revocable,
     sync::{
         rcu,
         Arc,
@@ -178,7 +182,7 @@ pub(crate) struct IserConn {
     pub(super) cv: CondVar,
     #[pin]
     pub(super) bound: ConnSlot,
-    pub(super) res: SetOnce<Pin<KBox<Revocable<Res>>>>,
+    pub(super) res: RcuBox<Res>,
     pub(super) dst: SocketAddr,
     pub(super) params: Params,
     /// Established and not torn down (the phase is [`Phase::Up`]): the
@@ -256,7 +260,7 @@ impl IserConn {
                 }, "riser_conn_state"),
                 cv <- new_condvar!("riser_conn_cv"),
                 bound <- ConnSlot::new(),
-                res: SetOnce::default(),
+                res: RcuBox::new(),
                 dst,
                 params,
                 up: Atomic::new(false),
@@ -298,13 +302,14 @@ impl IserConn {
         self.up.load(Acquire)
     }
 
-    pub(super) fn res(&self) -> Option<kernel::revocable::RevocableGuard<'_, Res>> {
-        self.res.as_ref()?.try_access()
+    pub(super) fn res(&self) -> Option<RcuRef<'_, Res>> {
+        self.res.access()
     }
 
     /// The resources, inside the caller's RCU read section.
-    pub(super) fn res_in<'a>(&'a self, rcu: &'a kernel::sync::rcu::Guard) -> Option<&'a Res> {
-        self.res.as_ref()?.try_access_with_guard(rcu)
+    #[inline(always)]
+    pub(super) fn res_in<'a>(&'a self, rcu: &'a RcuRead) -> Option<&'a Res> {
+        self.res.get(rcu)
     }
 
     pub(super) fn poll(&self, timeout_ms: u32) -> Result<bool> {
@@ -365,7 +370,7 @@ impl IserConn {
         // Resources made are dropped by the release queued above (or the
         // device-removal handler), which completes this after the QP and
         // before the slow frees. None made: nothing to wait for.
-        if self.res.as_ref().is_some() && !self.owes_nothing() {
+        if self.res.was_populated() && !self.owes_nothing() {
             self.quiesced.wait_for_completion();
         }
     }
@@ -491,12 +496,9 @@ impl IserConn {
             }
         };
         drop(resolving);
-        let mine = match self.res.as_ref() {
-            // Waits for fast-path users, then drops the resources, which
-            // drains the QP and drops the id last.
-            Some(r) => r.revoke(),
-            None => true,
-        };
+        // Waits for fast-path users, then drops the resources, which
+        // drains the QP and drops the id last (none made: nothing to do).
+        let mine = self.res.revoke().unwrap_or(true);
         let mut st = self.state.lock();
         if mine {
             st.released = true;
@@ -592,7 +594,7 @@ impl IserConn {
             dataouts: n_dataout,
         };
         let made = Bufs::new(self, &ctx.dev, tag_map, sizing.signal_interval)
-            .and_then(|b| Ok((b, KBox::<Revocable<Res>>::new_uninit(GFP_KERNEL)?)));
+            .and_then(|b| Ok((b, KBox::<Res>::new_uninit(GFP_KERNEL)?)));
         let (mut bufs, slot) = match made {
             Ok(m) => m,
             Err(e) => {
@@ -640,9 +642,8 @@ impl IserConn {
         let rd_atom = u8::try_from(caps.max_qp_rd_atom.min(255)).unwrap_or(u8::MAX);
         let connected = conn.connect_in_handler(ev, &private, rd_atom, 1);
         let res = Res::new(self, conn, ctx, sizing, bufs);
-        let Ok(res) = slot.write_pin_init(Revocable::new(res));
         // Populated once: this handler runs once per id for ROUTE_RESOLVED.
-        let _ = self.res.populate(res);
+        let _ = self.res.populate(slot.write(res));
         connected
     }
 

@@ -25,6 +25,7 @@ use super::{
 };
 use crate::{
     fault,
+    kernel_ext::rcu::RcuRead,
     kernel_ext::softirq::InSoftirq,
     proto::{
         login,
@@ -57,15 +58,14 @@ use kernel::sync::atomic::{
     Release, //
 };
 use kernel::{
-    prelude::*,
-    sync::rcu, //
+    prelude::*, //
 };
 
 /// Handles one receive (softirq): validate, hand to libiscsi, repost.
 /// The PDU is read in place, in the receive buffer, which is not
 /// posted again (so not written) until the repost ends the read.
 #[inline(always)]
-pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<'_, IserConn>) {
+pub(super) fn received(ep: &IserConn, rcu: &RcuRead, res: &Res, rx: Received<'_, IserConn>) {
     if let Err(why) = deliver(ep, rcu, rx.softirq(), res, rx.bytes(), rx.wc()) {
         ep.fail(why);
     }
@@ -83,7 +83,7 @@ pub(super) fn received(ep: &IserConn, rcu: &rcu::Guard, res: &Res, rx: Received<
 #[inline(always)]
 fn deliver(
     ep: &IserConn,
-    rcu: &rcu::Guard,
+    rcu: &RcuRead,
     softirq: Option<&InSoftirq>,
     res: &Res,
     bytes: &[u8],
@@ -140,7 +140,7 @@ fn bhs_of<'b>(bytes: &'b [u8], pdu: &RxPdu) -> FailResult<&'b [u8; BHS_LEN]> {
 #[inline(always)]
 fn hand_on(
     ep: &IserConn,
-    rcu: &rcu::Guard,
+    rcu: &RcuRead,
     softirq: Option<&InSoftirq>,
     bhs: &[u8; BHS_LEN],
     data: &[u8],
@@ -170,7 +170,7 @@ fn malformed(byte_len: u32, e: ProtoError) -> Failure {
 #[inline(never)]
 fn deliver_other(
     ep: &IserConn,
-    rcu: &rcu::Guard,
+    rcu: &RcuRead,
     res: &Res,
     bytes: &[u8],
     byte_len: u32,
@@ -317,10 +317,10 @@ pub(super) fn wc_failed(ep: &IserConn, recv: bool, tag: u32, wc: Wc) {
 /// goes in line with nothing but the slot word's exchange; everything
 /// else goes out of line, so that this path spills nothing.
 #[inline(always)]
-pub(super) fn completed(ep: &IserConn, done: SendDone<'_, Slot>, wc: Wc) {
+pub(super) fn completed(ep: &IserConn, done: SendDone<'_, Slot>, wc: Wc, rcu: &RcuRead) {
     let mut delayed = false;
     if let Some(cmd) = done.cmd().filter(|_| wc.ok()) {
-        if let Some(res) = ep.res() {
+        if let Some(res) = ep.res_in(rcu) {
             fault::delay_send_done();
             delayed = true;
             if cmd.data().send_completed_untouched() {
@@ -328,7 +328,7 @@ pub(super) fn completed(ep: &IserConn, done: SendDone<'_, Slot>, wc: Wc) {
                 // complete.
                 done.release();
                 if res.cmds.tmf_waits() {
-                    completed_held(ep, &res);
+                    completed_held(ep, res);
                 }
                 return;
             }
@@ -489,7 +489,7 @@ impl QpHandler for IserConn {
     }
 
     #[inline]
-    fn send_done(&self, done: SendDone<'_, Slot>, wc: Wc) {
-        completed(self, done, wc);
+    fn send_done(&self, done: SendDone<'_, Slot>, wc: Wc, rcu: &RcuRead) {
+        completed(self, done, wc, rcu);
     }
 }

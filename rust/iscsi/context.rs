@@ -12,7 +12,10 @@
 //! such a callback, in hard interrupt context or with interrupts off it
 //! refuses or defers instead of deadlocking.
 
-use crate::bindings;
+use crate::{
+    bindings,
+    kernel_ext::rcu::RcuRead, //
+};
 use core::marker::PhantomData;
 use kernel::prelude::*;
 
@@ -55,6 +58,17 @@ impl LockedCallback {
         Self {
             _not_send: PhantomData,
         }
+    }
+}
+
+impl LockedCallback {
+    /// The RCU read-side section the callback is in, for the borrow.
+    #[inline(always)]
+    pub(super) fn rcu(&self) -> &RcuRead {
+        // SAFETY: Bottom halves are off on this CPU for the value's whole
+        // life, which the borrow does not outlast, and the thread stays
+        // on the CPU (type invariant): an RCU read-side section.
+        unsafe { RcuRead::assume() }
     }
 }
 

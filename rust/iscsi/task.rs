@@ -11,6 +11,7 @@ use super::{
 };
 use crate::{
     bindings,
+    kernel_ext::rcu::RcuRead,
     kernel_ext::sg::SgMapping,
     kernel_ext::slot::{
         SlotDomain,
@@ -1182,14 +1183,14 @@ impl ConnSlot {
     /// section and must not sleep.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Conn) -> R) -> Option<R> {
         let rcu = rcu::read_lock();
-        self.with_in(&rcu, f)
+        self.with_in(RcuRead::of_guard(&rcu), f)
     }
 
     /// As [`ConnSlot::with`], inside the caller's RCU read section (`rcu`
     /// proves one is held for as long as the borrow), which saves a second,
     /// nested one.
     #[inline(always)]
-    pub(crate) fn with_in<R>(&self, _rcu: &rcu::Guard, f: impl FnOnce(&Conn) -> R) -> Option<R> {
+    pub(crate) fn with_in<R>(&self, _rcu: &RcuRead, f: impl FnOnce(&Conn) -> R) -> Option<R> {
         let p = self.conn.load(Ordering::Acquire);
         // SAFETY: A non-null pointer loaded inside the read section (held
         // by the caller while `_rcu` is borrowed, so for all of `f`) is a

@@ -31,6 +31,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::rcu::RcuRead,
     kernel_ext::slot::SlotDomain,
     kernel_ext::softirq::InSoftirq,
 };
@@ -857,20 +858,20 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // `Arc<H>` its id owns.
         let h = unsafe { Arc::<H>::borrow((*qp.as_ptr()).qp_context) };
         let h: &H = &h;
-        // Held around the handler: its reposts go inside (`RecvSlot::close`).
-        let rcu = rcu::read_lock();
         // SAFETY: A connection's CQ is polled in softirq (`PollContext`
         // has no other kind), so ib_core runs this callback from its
         // irq_poll softirq handler; the value is this frame's, lent out by
         // reference (in `rx`, which goes with the handler), and gone when
         // the callback returns.
         let softirq = unsafe { InSoftirq::new() };
+        // The handler's read section, all of it (bottom halves are off):
+        // its reposts go inside (`RecvSlot::close`).
+        let rcu = RcuRead::of_softirq(&softirq);
         // SAFETY: The slot's receive completed with `w` on `qp`, valid while
         // its completion is handled; one completion per posted receive, so
         // no other `Received` of the slot lives.
-        let rx = unsafe { Received::new(slot, qp, h, &rcu, Some(&softirq), w) };
+        let rx = unsafe { Received::new(slot, qp, h, rcu, Some(&softirq), w) };
         h.recv_done(rx);
-        drop(rcu);
     }
 
     /// # Safety
@@ -905,7 +906,11 @@ impl<H: CmHandler + QpHandler> Connection<H> {
         // its id owns, alive until the QP is gone, which is after its
         // completions are handled.
         let h = unsafe { Arc::<H>::borrow((*qp.as_ptr()).qp_context) };
-        h.send_done(done, w);
+        // SAFETY: As in `recv_done_cb`: ib_core runs this callback from
+        // its irq_poll softirq handler; the value is this frame's, lent
+        // out by reference only for the handler's call.
+        let softirq = unsafe { InSoftirq::new() };
+        h.send_done(done, w, RcuRead::of_softirq(&softirq));
     }
 }
 

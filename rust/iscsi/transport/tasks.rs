@@ -109,7 +109,7 @@ pub(super) unsafe extern "C" fn xmit_task_callback<T: TransportOps>(
         let locked = unsafe { LockedCallback::enter() };
         // SAFETY: Once for this `XmitTask`, here.
         let slot = unsafe { t.slot_token() };
-        let r = T::xmit_task(ep, &mut t, slot);
+        let r = T::xmit_task(ep, &mut t, slot, locked.rcu());
         drop(locked);
         if r.is_ok() && t.reserved_itt() {
             // libiscsi leaves the release of a PDU that expects no response to

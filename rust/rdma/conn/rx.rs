@@ -27,6 +27,7 @@ use crate::{
         self,
         Site, //
     },
+    kernel_ext::rcu::RcuRead,
     kernel_ext::softirq::InSoftirq,
     rdma::{
         device::DeviceRef,
@@ -48,8 +49,7 @@ use core::{
 use kernel::{
     alloc::KVec,
     dma::DataDirection,
-    prelude::*,
-    sync::rcu, //
+    prelude::*, //
 };
 
 /// No receive of the slot is posted, or being read.
@@ -379,14 +379,15 @@ impl RecvSlot {
 /// completion this value reports; `len` bytes of its buffer were synced for
 /// the CPU. `qp` is the slot's QP, valid while the completion is handled
 /// (`'a`: the QP is destroyed only after its completions are handled).
-/// `rcu` is the read-side section the completion callback holds around
-/// the handler, inside which every repost of this value goes. `softirq`,
+/// `rcu` is the read-side section the completion callback is (its
+/// softirq handler's) around the handler, inside which every repost of
+/// this value goes. `softirq`,
 /// if set, is the proof of the callback, which ib_core runs in softirq.
 pub(crate) struct Received<'a, H: QpHandler + ?Sized> {
     slot: &'a RecvSlot,
     qp: NonNull<bindings::ib_qp>,
     handler: &'a H,
-    rcu: &'a rcu::Guard,
+    rcu: &'a RcuRead,
     softirq: Option<&'a InSoftirq>,
     wc: Wc,
     len: usize,
@@ -401,7 +402,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
         slot: &'a RecvSlot,
         qp: NonNull<bindings::ib_qp>,
         handler: &'a H,
-        rcu: &'a rcu::Guard,
+        rcu: &'a RcuRead,
         softirq: Option<&'a InSoftirq>,
         wc: Wc,
     ) -> Self {
@@ -432,7 +433,7 @@ impl<'a, H: QpHandler + ?Sized> Received<'a, H> {
 
     /// The RCU read-side section the completion is handled in, for the
     /// handler's own RCU-protected reads.
-    pub(crate) fn rcu(&self) -> &'a rcu::Guard {
+    pub(crate) fn rcu(&self) -> &'a RcuRead {
         self.rcu
     }
 
@@ -543,7 +544,8 @@ pub(crate) trait QpHandler: Send + Sync + 'static {
     /// [`UNSIGNALED_TAG`](super::UNSIGNALED_TAG), on error only. The tag stays taken (no work
     /// request can be posted on it) until `done` is released or dropped,
     /// so what the handler keeps by tag is still the completed request's.
-    fn send_done(&self, done: SendDone<'_, Self::CmdData>, wc: Wc);
+    /// `rcu` is the read section the completion is handled in (softirq).
+    fn send_done(&self, done: SendDone<'_, Self::CmdData>, wc: Wc, rcu: &RcuRead);
     /// The QP reported an asynchronous event (possibly in atomic context:
     /// providers report from their completion paths).
     fn qp_event(&self, _ev: super::super::AsyncEvent) {}
