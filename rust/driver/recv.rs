@@ -32,6 +32,7 @@ use crate::{
         pdu::{
             Bhs,
             RxPdu,
+            RxView,
             TargetOpcode, //
             BHS_LEN,
         },
@@ -89,18 +90,16 @@ fn deliver(
     bytes: &[u8],
     wc: &Wc,
 ) -> FailResult {
-    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(wc.byte_len)) {
-        Ok(p) => p,
+    let RxView { pdu, bhs, data } = match RxPdu::view(bytes, usize::from_safe_cast(wc.byte_len)) {
+        Ok(v) => v,
         Err(e) => return Err(malformed(wc.byte_len, e)),
     };
     // The BHS where it is, in the receive buffer (which is not posted
     // again until this ends): read, traced and handed to libiscsi in place.
-    let bhs = bhs_of(bytes, &pdu)?;
     trace::pdu_received(trace::id(ep), bhs, wc.invalidated.unwrap_or(0));
     if pdu.opcode != TargetOpcode::ScsiResponse {
         return deliver_other(ep, rcu, res, bytes, wc.byte_len, wc.invalidated);
     }
-    let data = &bytes[pdu.data.clone()];
     // A SCSI Response: one per command, the receive path's common case.
     // Whether it may invalidate what it names, and whether it is the
     // command's own, are decided by the slot's completion word. A
@@ -124,15 +123,6 @@ fn deliver(
     // connection's failure, which waits for the lock its sender holds).
     fault::response_handled(pdu.itt);
     r
-}
-
-/// The BHS of `pdu`, parsed from `bytes`.
-#[inline(always)]
-fn bhs_of<'b>(bytes: &'b [u8], pdu: &RxPdu) -> FailResult<&'b [u8; BHS_LEN]> {
-    bytes
-        .get(pdu.bhs.clone())
-        .and_then(|b| b.try_into().ok())
-        .ok_or(Failure::MalformedPdu)
 }
 
 /// Hands the PDU to libiscsi (in the receive's softirq, `softirq`, as
@@ -176,12 +166,10 @@ fn deliver_other(
     byte_len: u32,
     invalidated: Option<u32>,
 ) -> FailResult {
-    let pdu = match RxPdu::parse(bytes, usize::from_safe_cast(byte_len)) {
-        Ok(p) => p,
+    let (pdu, bhs, data) = match RxPdu::view(bytes, usize::from_safe_cast(byte_len)) {
+        Ok(v) => (v.pdu, &Bhs(*v.bhs), v.data),
         Err(e) => return Err(malformed(byte_len, e)),
     };
-    let bhs = &Bhs(*bhs_of(bytes, &pdu)?);
-    let data = &bytes[pdu.data.clone()];
     if matches!(pdu.opcode, TargetOpcode::DataIn | TargetOpcode::R2t) {
         pr_err!("target sent {:?}, which iSER forbids\n", pdu.opcode);
         return Err(Failure::DataInOrR2t);

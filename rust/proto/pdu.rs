@@ -153,6 +153,19 @@ pub(crate) struct RxPdu {
     pub(crate) data: Range<usize>,
 }
 
+/// A received PDU that passed validation ([`RxPdu::view`]), with its
+/// parts borrowed from the receive buffer.
+#[derive(Debug)]
+pub(crate) struct RxView<'b> {
+    /// What was parsed.
+    pub(crate) pdu: RxPdu,
+    /// The BHS (the buffer's bytes at `pdu.bhs`).
+    pub(crate) bhs: &'b [u8; BHS_LEN],
+    /// The data segment without padding (the buffer's bytes at
+    /// `pdu.data`).
+    pub(crate) data: &'b [u8],
+}
+
 impl RxPdu {
     /// Validates the first `byte_len` bytes of a receive buffer `buf`.
     ///
@@ -163,10 +176,18 @@ impl RxPdu {
     /// most 4 bytes of padding.
     #[inline]
     pub(crate) fn parse(buf: &[u8], byte_len: usize) -> Result<Self, ProtoError> {
+        Self::view(buf, byte_len).map(|v| v.pdu)
+    }
+
+    /// As [`RxPdu::parse`], with the BHS and the data segment borrowed from
+    /// `buf` (taken where their bounds were just checked, so that a caller
+    /// need not check them again).
+    #[inline]
+    pub(crate) fn view(buf: &[u8], byte_len: usize) -> Result<RxView<'_>, ProtoError> {
         let rx = buf.get(..byte_len).ok_or(ProtoError::Overrun)?;
-        if rx.len() < HEADERS_LEN {
+        let Some(hdrs) = rx.first_chunk::<HEADERS_LEN>() else {
             return Err(ProtoError::Short);
-        }
+        };
         // What every target sends, told by four bytes; anything else is
         // decoded to say what is wrong with it.
         if rx[..4] != IserHeader::PLAIN_CONTROL {
@@ -176,7 +197,9 @@ impl RxPdu {
             }
         }
         let bhs = ISER_HDR_LEN..HEADERS_LEN;
-        let b = &rx[bhs.clone()];
+        let Some(b) = hdrs.last_chunk::<BHS_LEN>() else {
+            return Err(ProtoError::Short);
+        };
         // The common case first.
         let opcode = match b[0] & 0x3f {
             0x21 => TargetOpcode::ScsiResponse,
@@ -192,13 +215,18 @@ impl RxPdu {
         if want > avail || avail - want > 4 {
             return Err(ProtoError::DataLength);
         }
-        Ok(Self {
-            opcode,
-            flags: b[1],
-            itt,
-            dsl,
-            bhs,
-            data: HEADERS_LEN..HEADERS_LEN + want,
+        let data = HEADERS_LEN..HEADERS_LEN + want;
+        Ok(RxView {
+            bhs: b,
+            data: rx.get(data.clone()).ok_or(ProtoError::DataLength)?,
+            pdu: Self {
+                opcode,
+                flags: b[1],
+                itt,
+                dsl,
+                bhs,
+                data,
+            },
         })
     }
 }
@@ -295,6 +323,11 @@ mod tests {
     fn accepts_a_scsi_response_with_sense() -> Result<(), ProtoError> {
         let (b, len) = rx(0x21, 18, 0x1234)?;
         let p = RxPdu::parse(&b, len)?;
+        // The view borrows exactly the parts the ranges name.
+        let v = RxPdu::view(&b, len)?;
+        assert_eq!(v.pdu, p);
+        assert_eq!(&v.bhs[..], &b[p.bhs.clone()]);
+        assert_eq!(v.data, &b[p.data.clone()]);
         assert_eq!(p.opcode, TargetOpcode::ScsiResponse);
         assert_eq!(p.itt, 0x1234);
         assert_eq!(p.dsl, 18);

@@ -102,6 +102,12 @@ fuzz_target!(|data: &[u8]| {
     assert!(p.dsl <= MAX_DSL);
     assert_eq!(p.data.len(), usize::try_from(p.dsl).unwrap());
 
+    // The view the driver reads is the same PDU, its parts the ranges'.
+    let v = RxPdu::view(buf, byte_len).expect("parse accepted it");
+    assert_eq!(v.pdu, p);
+    assert_eq!(&v.bhs[..], &buf[p.bhs.clone()]);
+    assert_eq!(v.data, &buf[p.data.clone()]);
+
     // The fields are the wire's.
     let bhs: &[u8; 48] = buf[p.bhs.clone()].try_into().unwrap();
     assert_eq!(Some(p.opcode), target_opcode(bhs[0]));
