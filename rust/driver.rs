@@ -447,17 +447,18 @@ impl TransportOps for Iser {
         rcu: &RcuRead,
     ) -> Result {
         let res = ep.res_in(rcu).ok_or(ENODEV)?;
-        if !task.is_scsi() {
-            return task.detached(|t| send::control(&res, t, slot));
-        }
-        // Going down: libiscsi requeues the command (see `init_task`).
-        if !ep.is_up() {
-            return Err(ENOTCONN);
-        }
+        // Read first: the task's fields after it, so that the mapping's
+        // look at the command reuses this one's.
+        let up = ep.is_up();
         // Read before sending: once posted, the task may complete (and be
         // cleaned up) on another CPU.
-        let len = task.data_len();
-        let dir = task.direction();
+        let Some((dir, len)) = task.scsi_command() else {
+            return task.detached(|t| send::control(res, t, slot));
+        };
+        // Going down: libiscsi requeues the command (see `init_task`).
+        if !up {
+            return Err(ENOTCONN);
+        }
         let sent = send::command(&ep, &res, task, slot, dir, len);
         // A TMF Response held while this command's word was being posted
         // may be free to go now that the post has returned (`posted` or

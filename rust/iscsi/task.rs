@@ -412,6 +412,19 @@ impl<'a, T: TransportOps> Task<'a, T> {
         unsafe { (*(*self.raw()).hdr).itt == RESERVED_ITT }
     }
 
+    /// A SCSI command's data direction and length (one look at the
+    /// command); `None` for a management PDU.
+    #[inline(always)]
+    pub(crate) fn scsi_command(&self) -> Option<(Direction, u32)> {
+        let sc = self.sc();
+        if sc.is_null() {
+            return None;
+        }
+        // SAFETY: A SCSI task's `sc` is live while the task is.
+        let (dir, len) = unsafe { (direction_of(sc), (*sc).sdb.length) };
+        Some((dir, len))
+    }
+
     /// The SCSI data direction.
     pub(crate) fn direction(&self) -> Direction {
         let sc = self.sc();
@@ -419,16 +432,7 @@ impl<'a, T: TransportOps> Task<'a, T> {
             return Direction::None;
         }
         // SAFETY: A SCSI task's `sc` is live while the task is.
-        let d = unsafe { (*sc).sc_data_direction };
-        if d == bindings::dma_data_direction::DMA_FROM_DEVICE {
-            Direction::Read
-        } else if d == bindings::dma_data_direction::DMA_TO_DEVICE {
-            Direction::Write
-        } else if d == bindings::dma_data_direction::DMA_BIDIRECTIONAL {
-            Direction::Bidi
-        } else {
-            Direction::None
-        }
+        unsafe { direction_of(sc) }
     }
 
     /// The SCSI command's data length.
@@ -520,6 +524,26 @@ impl<'a, T: TransportOps> Task<'a, T> {
             task: self.ptr,
             slot: NonNull::from(refs),
         })
+    }
+}
+
+/// The data direction of SCSI command `sc`.
+///
+/// # Safety
+///
+/// `sc` is a live SCSI command.
+#[inline(always)]
+unsafe fn direction_of(sc: *mut bindings::scsi_cmnd) -> Direction {
+    // SAFETY: `sc` is live (function contract).
+    let d = unsafe { (*sc).sc_data_direction };
+    if d == bindings::dma_data_direction::DMA_FROM_DEVICE {
+        Direction::Read
+    } else if d == bindings::dma_data_direction::DMA_TO_DEVICE {
+        Direction::Write
+    } else if d == bindings::dma_data_direction::DMA_BIDIRECTIONAL {
+        Direction::Bidi
+    } else {
+        Direction::None
     }
 }
 

@@ -515,8 +515,8 @@ pub(super) unsafe fn copy_to_volatile(dst: *mut u8, src: *const u8, len: usize) 
 ///
 /// # Invariants
 ///
-/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments,
-/// and stays valid until this value is dropped, which unmaps it. `dev` is
+/// `sgl` has `nents` entries mapped on `dev` into `count` DMA segments
+/// (at least one), and stays valid until this value is dropped, which unmaps it. `dev` is
 /// the device of the [`MapRef`] in the task slot's keep the mapping was
 /// made with, which (contract of [`SgMapping::map`]) is neither dropped
 /// nor replaced before this value is: the device stays registered until
@@ -606,7 +606,8 @@ impl DmaSg {
     /// merge entries (an IOMMU joins contiguous ones), and only the first
     /// `count` entries carry DMA addresses.
     pub(crate) fn count(&self) -> u32 {
-        self.count.unsigned_abs()
+        // CAST: positive (type invariant).
+        self.count as u32
     }
 
     /// As [`DmaSg::single`], for a `pd` on the device of the mapping (its

@@ -112,7 +112,7 @@ impl MrSlot {
             (*p).lkey = ((*p).lkey & 0xffff_ff00) | key;
             (*p).rkey = ((*p).rkey & 0xffff_ff00) | key;
         }
-        let count = c_int::try_from(sg.count())?;
+        let count = sg.count;
         // SAFETY: `sg` is a mapped scatterlist of `count` segments; the MR
         // is valid and claimed, as above.
         let n =
