@@ -496,20 +496,27 @@ impl Cmds {
     /// ([`slot::posted_untouched`]); else [`slot::posted`] is applied to
     /// the word found, and what waited for the post (a response that came
     /// in the window: its LOCAL_INV, or its completion) goes now.
+    ///
+    /// The untouched word's exchange is all the common path does: `Err`
+    /// gives back the slot's index for [`Cmds::posted_late`], which the
+    /// caller calls out of line (so that no [`Done`] is built on that path).
     #[inline(always)]
-    pub(super) fn posted<H: CmHandler + QpHandler<CmdData = Slot>>(
-        &self,
-        conn: &Connection<H>,
-        p: Published<'_>,
-    ) -> Done {
+    pub(super) fn posted(&self, p: Published<'_>) -> core::result::Result<(), u32> {
         let next = slot::posted_untouched(p.word);
         if p.slot.word.cmpxchg(p.word.raw(), next.raw(), Full).is_ok() {
-            return Done {
-                task: None,
-                failure: None,
-            };
+            return Ok(());
         }
-        self.slot_event(conn, p.idx, slot::posted)
+        Err(p.idx)
+    }
+
+    /// [`Cmds::posted`] for a word an event touched in the window: the
+    /// post's transition applied to the word found (slot `idx`'s).
+    pub(super) fn posted_late<H: CmHandler + QpHandler<CmdData = Slot>>(
+        &self,
+        conn: &Connection<H>,
+        idx: u32,
+    ) -> Done {
+        self.slot_event(conn, idx, slot::posted)
     }
 
     #[cold]

@@ -384,12 +384,8 @@ fn command_claimed(
     // in the window left waiting (its LOCAL_INV, or its completion) goes
     // now. The reference it took is not the last: the layer's guard
     // holds the task for this call.
-    let done = res.cmds.posted(&res.conn, published);
-    if let Some(t) = done.task {
-        drop(t);
-    }
-    if let Some(why) = done.failure {
-        failed(ep, why);
+    if let Err(idx) = res.cmds.posted(published) {
+        posted_late(ep, res, idx);
     }
     let stag = iser.read.or(iser.write).map_or(0, |s| s.stag);
     if let Some(bhs) = hdrs.last_chunk() {
@@ -528,6 +524,21 @@ fn unplanned(e: PlanError) -> Error {
 /// Undoes what `send_command` set up for a command the provider
 /// refused (`e`): the slot's word (the Data-Out headers reserved go
 /// back with the reservation).
+/// A command posted whose slot word an event touched in the window (a
+/// response that came before the post returned): what waited for the
+/// post goes now (`Cmds::posted_late`).
+#[cold]
+#[inline(never)]
+fn posted_late(ep: &IserConn, res: &Res, idx: u32) {
+    let done = res.cmds.posted_late(&res.conn, idx);
+    // The reference a response took is not the last: the layer's guard
+    // holds the task for this call.
+    drop(done.task);
+    if let Some(why) = done.failure {
+        failed(ep, why);
+    }
+}
+
 /// Says why the connection must fail when the registration of a key
 /// for the target (`key_posted`) went out without its command.
 #[cold]
