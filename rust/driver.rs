@@ -459,7 +459,7 @@ impl TransportOps for Iser {
         if !up {
             return Err(ENOTCONN);
         }
-        let sent = send::command(&ep, &res, task, slot, dir, len);
+        let sent = send::command(&ep, res, task, slot, dir, len);
         // A TMF Response held while this command's word was being posted
         // may be free to go now that the post has returned (`posted` or
         // `not_posted` may have ended the word): libiscsi's session locks

@@ -11,7 +11,7 @@
 //! one already; [`RcuRead`] says so without an `rcu_read_lock` of their
 //! own, and [`RcuBox`] is read under any of them.
 
-use super::softirq::InSoftirq;
+use crate::kernel_ext::softirq::InSoftirq;
 use core::{
     marker::PhantomData,
     ptr::{
