@@ -59,9 +59,7 @@ impl LockedCallback {
             _not_send: PhantomData,
         }
     }
-}
 
-impl LockedCallback {
     /// The RCU read-side section the callback is in, for the borrow.
     #[inline(always)]
     pub(super) fn rcu(&self) -> &RcuRead {
