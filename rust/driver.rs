@@ -414,7 +414,7 @@ impl TransportOps for Iser {
         // here: `xmit_task` does, and libiscsi requeues a command it could
         // not send. (Refusing here lost two writes of faults.sh's rxe
         // removal to I/O errors, 2026-11-25.)
-        if task.is_scsi() && task.direction() == Direction::Write {
+        if let Some((Direction::Write, len)) = task.scsi_command() {
             let Some(res) = ep.res() else {
                 return Ok(());
             };
@@ -428,7 +428,7 @@ impl TransportOps for Iser {
                     "a {}-byte write needs {} unsolicited Data-Outs, more than the \
                      connection's {}: failing it (the target's \
                      MaxRecvDataSegmentLength is {})\n",
-                    task.data_len(),
+                    len,
                     need,
                     pool,
                     task.max_xmit_dlength()

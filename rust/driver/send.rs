@@ -382,8 +382,7 @@ fn command_claimed(
     }
     // The registration and SEND are on the send queue: what a response
     // in the window left waiting (its LOCAL_INV, or its completion) goes
-    // now. The reference it took is not the last: the layer's guard
-    // holds the task for this call.
+    // now.
     if let Err(idx) = res.cmds.posted(published) {
         posted_late(ep, res, idx);
     }
@@ -521,9 +520,6 @@ fn unplanned(e: PlanError) -> Error {
     EINVAL
 }
 
-/// Undoes what `send_command` set up for a command the provider
-/// refused (`e`): the slot's word (the Data-Out headers reserved go
-/// back with the reservation).
 /// A command posted whose slot word an event touched in the window (a
 /// response that came before the post returned): what waited for the
 /// post goes now (`Cmds::posted_late`).
@@ -539,6 +535,9 @@ fn posted_late(ep: &IserConn, res: &Res, idx: u32) {
     }
 }
 
+/// Undoes what `send_command` set up for a command the provider
+/// refused (`e`): the slot's word (the Data-Out headers reserved go
+/// back with the reservation).
 /// Says why the connection must fail when the registration of a key
 /// for the target (`key_posted`) went out without its command.
 #[cold]

@@ -380,11 +380,6 @@ impl<'a, T: TransportOps> Task<'a, T> {
         itt as u32
     }
 
-    /// Whether this is a SCSI command (else a management PDU).
-    pub(crate) fn is_scsi(&self) -> bool {
-        !self.sc().is_null()
-    }
-
     /// The header libiscsi built, as sent on the wire.
     pub(crate) fn bhs(&self) -> [u8; BHS_LEN] {
         // SAFETY: `hdr` points to the slot's `iscsi_hdr` (48 bytes), which
@@ -420,30 +415,21 @@ impl<'a, T: TransportOps> Task<'a, T> {
         if sc.is_null() {
             return None;
         }
-        // SAFETY: A SCSI task's `sc` is live while the task is.
+        // SAFETY: A SCSI task's `sc` is live while the task is. (The
+        // length is `scsi_bufflen`, a static inline of scsi_cmnd.h, read
+        // in place.)
         let (dir, len) = unsafe { (direction_of(sc), (*sc).sdb.length) };
         Some((dir, len))
     }
 
     /// The SCSI data direction.
-    pub(crate) fn direction(&self) -> Direction {
+    fn direction(&self) -> Direction {
         let sc = self.sc();
         if sc.is_null() {
             return Direction::None;
         }
         // SAFETY: A SCSI task's `sc` is live while the task is.
         unsafe { direction_of(sc) }
-    }
-
-    /// The SCSI command's data length.
-    pub(crate) fn data_len(&self) -> u32 {
-        let sc = self.sc();
-        if sc.is_null() {
-            return 0;
-        }
-        // SAFETY: `sc` is live (above). (`scsi_bufflen`, a static inline of
-        // scsi_cmnd.h, read in place.)
-        unsafe { (*sc).sdb.length }
     }
 
     /// Bytes of immediate data libiscsi put in the command PDU.
