@@ -187,12 +187,13 @@ check "MR mapping fails: the command is requeued, no connection failure, data ve
 check "DMA mapping fails: the command is requeued, no connection failure, data verified" \
 	injected dma_map 3 randrw 64k 2M
 
-# Send completions held up: the knob makes each of the next 1000 send
+# Send completions held up: the knob makes each of the next 500 send
 # completions wait 1 ms in riser's handler, with the send's tag still
 # held, before it takes what the tag kept, under 4 KiB
 # random reads and writes (the writes' data goes as immediate data, their
 # SENDs signaled on the slot's tag; the reads' SENDs are inline and take
-# no tag, so 16 MiB: about 2,000 writes) at 16 commands a session.
+# no tag, so 8 MiB: about 1,000 writes, twice the delays) at 16 commands a
+# session.
 # Nothing may be lost or stall:
 # a tag the handler did not free again would stop its task slot's
 # commands. (A completion that takes another post's reference warns,
@@ -206,12 +207,12 @@ cmds_max_16() {
 }
 tag_window() {
 	local rc=0 left
-	echo 1000 >"$P/fault_send_done_delay" || return 1
-	fio_verify "$DEV" randrw 4k 16 16M || rc=1
+	echo 500 >"$P/fault_send_done_delay" || return 1
+	fio_verify "$DEV" randrw 4k 16 8M || rc=1
 	left=$(cat "$P/fault_send_done_delay")
 	echo 0 >"$P/fault_send_done_delay"
 	echo "delays left unused: $left"
-	[ "$left" = 0 ] || { echo "fewer than 1000 send completions were delayed"; rc=1; }
+	[ "$left" = 0 ] || { echo "fewer than 500 send completions were delayed"; rc=1; }
 	return $rc
 }
 check "send completions delayed 1 ms before the handler, 4 KiB random I/O: data verified" \
