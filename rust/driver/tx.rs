@@ -27,7 +27,6 @@ use crate::{
         DeviceRef, //
     },
 };
-use core::num::NonZeroU32;
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{
     Atomic,
@@ -60,16 +59,18 @@ pub(super) struct Tx {
     dataouts: DataOutPool,
     /// What each send tag carries.
     tags: TagMap,
-    /// Inline command SENDs left before the next signaled one: one in
-    /// `signal_interval` is signaled (`proto::sizing::signal_interval`).
-    /// Counted down by `xmit_task`, which libiscsi runs under the
-    /// session's `frwd_lock` (one connection per session): one writer at a
-    /// time, so a plain load and store. (Were it not so, a SEND would only
-    /// be signaled a little early or late: the send queue's sizing leaves
-    /// room for that, and nothing else depends on it.)
-    inline_left: Atomic<u32>,
-    /// Non-zero by type: the countdown's `get() - 1` cannot underflow.
-    signal_interval: NonZeroU32,
+    /// Inline command SENDs sent (wrapping): the one whose count is a
+    /// multiple of the signal interval (`proto::sizing::signal_interval`,
+    /// a power of two) is signaled. Counted by `xmit_task`, which libiscsi
+    /// runs under the session's `frwd_lock` (one connection per session):
+    /// one writer at a time, so a plain load and store. (Were it not so, a
+    /// SEND would only be signaled a little early or late: the send
+    /// queue's sizing leaves room for that, and nothing else depends on
+    /// it.)
+    inline_sent: Atomic<u32>,
+    /// The signal interval less one: a count is a multiple of the
+    /// interval when none of these bits is set.
+    signal_mask: u32,
 }
 
 /// The send buffers a session's tasks use, as many as it has tasks: one
@@ -104,7 +105,8 @@ impl Tx {
     /// The send buffers, on `dev`, of a connection whose send tags `tags`
     /// numbers (the tasks' come at bind: [`Tx::give_task_bufs`]),
     /// signaling one inline command SEND in `signal_interval`
-    /// (`proto::sizing::signal_interval`, 1 or more).
+    /// (`proto::sizing::signal_interval`, a power of two; another number
+    /// counts as the largest power of two below it, 0 as 1).
     pub(super) fn new(dev: &DeviceRef, tags: TagMap, signal_interval: u32) -> Result<Self> {
         Ok(Self {
             ctrl_tx: DmaBuf::carve(
@@ -117,8 +119,8 @@ impl Tx {
             task: SetOnce::default(),
             dataouts: DataOutPool::new(tags.dataouts)?,
             tags,
-            inline_left: Atomic::new(0),
-            signal_interval: NonZeroU32::new(signal_interval).unwrap_or(NonZeroU32::MIN),
+            inline_sent: Atomic::new(0),
+            signal_mask: (1 << signal_interval.checked_ilog2().unwrap_or(0)) - 1,
         })
     }
 
@@ -167,18 +169,12 @@ impl Tx {
         self.ctrl_tx.get(usize::from_safe_cast(tag))
     }
 
-    /// Whether the next inline command SEND is signaled: one in
-    /// `signal_interval` is (the countdown `inline_left`).
+    /// Whether the next inline command SEND is signaled: one in the
+    /// signal interval is (counted by `inline_sent`).
     #[inline(always)]
     pub(super) fn inline_signaled(&self) -> bool {
-        let left = self.inline_left.load(Relaxed);
-        let signaled = left == 0;
-        let next = if signaled {
-            self.signal_interval.get() - 1
-        } else {
-            left - 1
-        };
-        self.inline_left.store(next, Relaxed);
-        signaled
+        let n = self.inline_sent.load(Relaxed);
+        self.inline_sent.store(n.wrapping_add(1), Relaxed);
+        n & self.signal_mask == 0
     }
 }

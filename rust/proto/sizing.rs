@@ -247,11 +247,14 @@ pub(crate) fn conn_sizing(
 /// `max_cmds` commands in flight ([`SEND_WRS_PER_CMD`] each), the
 /// management PDUs and the drain's slot: what is left is the room those
 /// finished commands may take. 1 (every SEND signaled) when there is none.
+/// A power of two (the largest the room allows), so that the sender tells
+/// the SEND to signal by a mask of its count.
 pub(crate) fn signal_interval(max_send_wr: u32, max_cmds: u32) -> u32 {
     let spare = max_send_wr
         .saturating_sub(1 + TX_MISC_PDUS + RX_MISC_PDUS)
         .saturating_sub(max_cmds.saturating_mul(SEND_WRS_PER_CMD));
-    1 + (spare / CMD_CHAIN_WRS).min(MAX_UNSIGNALED_RUN)
+    let most = 1 + (spare / CMD_CHAIN_WRS).min(MAX_UNSIGNALED_RUN);
+    1 << most.checked_ilog2().unwrap_or(0)
 }
 
 /// Full-feature receives a normal session posts: one for each of its
@@ -573,6 +576,7 @@ mod tests {
             let wrs = r.around(0, 5000);
             let n = signal_interval(wrs, cmds);
             assert!((1..=1 + MAX_UNSIGNALED_RUN).contains(&n));
+            assert!(n.is_power_of_two());
             // The commands in flight, the finished-but-unreclaimed ones,
             // the management PDUs and the drain's slot fit the queue, when
             // any run was allowed.
@@ -580,9 +584,10 @@ mod tests {
             let unreclaimed = u64::from(n - 1) * u64::from(CMD_CHAIN_WRS);
             let misc = u64::from(1 + TX_MISC_PDUS + RX_MISC_PDUS);
             assert!(n == 1 || in_flight + unreclaimed + misc <= u64::from(wrs));
-            // And no fewer in a row than that room allows.
+            // And the largest power of two that room allows.
             let room = u64::from(wrs).saturating_sub(in_flight + misc) / u64::from(CMD_CHAIN_WRS);
-            assert_eq!(u64::from(n - 1), room.min(u64::from(MAX_UNSIGNALED_RUN)));
+            let most = 1 + room.min(u64::from(MAX_UNSIGNALED_RUN));
+            assert!(u64::from(n) <= most && most < 2 * u64::from(n));
         }
     }
 

@@ -113,6 +113,7 @@ fn check_sizing(p: &Params, cmds: u32, max_qp_wr: u32, max_fr_pages: u32, gaps: 
     // the commands, the management PDUs and the drain slot.
     assert_eq!(interval, signal_interval(max_send_wr, max_cmds));
     assert!((1..=1 + MAX_UNSIGNALED_RUN).contains(&interval));
+    assert!(interval.is_power_of_two());
     // Commands: at least one, no more than asked, each with its sends.
     assert!(max_cmds >= 1 && max_cmds <= cmds);
     let sends =
