@@ -263,17 +263,23 @@ impl SlotRefs {
     }
 }
 
-/// The direction of a SCSI command's data.
+/// The direction of a SCSI command's data. Numbered as the DMA API's
+/// `enum dma_data_direction` numbers the command's `sc_data_direction`,
+/// so that reading it costs a bound and no table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Direction {
-    /// No data.
-    None,
-    /// The target sends data (READ).
-    Read,
-    /// The initiator sends data (WRITE).
-    Write,
     /// Both ways: not supported by iSER initiators.
-    Bidi,
+    // CAST: small C enum values.
+    Bidi = bindings::dma_data_direction::DMA_BIDIRECTIONAL.0 as isize,
+    /// The initiator sends data (WRITE).
+    // CAST: as above.
+    Write = bindings::dma_data_direction::DMA_TO_DEVICE.0 as isize,
+    /// The target sends data (READ).
+    // CAST: as above.
+    Read = bindings::dma_data_direction::DMA_FROM_DEVICE.0 as isize,
+    /// No data.
+    // CAST: as above.
+    None = bindings::dma_data_direction::DMA_NONE.0 as isize,
 }
 
 /// A libiscsi task, borrowed during a transport callback: what any of them

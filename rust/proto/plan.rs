@@ -10,17 +10,19 @@
 
 #![forbid(unsafe_code)]
 
-/// The direction of a command's data.
+/// The direction of a command's data. (In the order of the DMA API's
+/// directions, as the iscsi layer's `Direction` is: the driver's
+/// conversion from one to the other is then no instruction at all.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DataDir {
-    /// No data.
-    None,
-    /// The target sends data (READ).
-    Read,
-    /// The initiator sends data (WRITE).
-    Write,
     /// Both ways.
     Bidi,
+    /// The initiator sends data (WRITE).
+    Write,
+    /// The target sends data (READ).
+    Read,
+    /// No data.
+    None,
 }
 
 /// What the plan is made from.
