@@ -77,7 +77,7 @@ SHELL := /bin/bash
 # tests/manifest lists each with the checks it plans: a guest added here or
 # dropped goes there too, or make check fails.
 # tests/run-guest runs one-vCPU guests three at a time, in the order given
-# here: hostile-session.sh, the longest (1050 to 1150 s in make check), fills
+# here: hostile-session.sh, the longest (1050 to 1760 s in make check), fills
 # one lane and the others pack the other two so that the three end together
 # (of every order of the nine, the one that ends first on average over the
 # guest times of recent make check runs), then hostile.sh (the hostile target's modes that race a command's end
