@@ -538,6 +538,7 @@ fn posted_late(ep: &IserConn, res: &Res, idx: u32) {
 /// Undoes what `send_command` set up for a command the provider
 /// refused (`e`): the slot's word (the Data-Out headers reserved go
 /// back with the reservation).
+///
 /// Says why the connection must fail when the registration of a key
 /// for the target (`key_posted`) went out without its command.
 #[cold]
